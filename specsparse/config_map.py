@@ -1,0 +1,333 @@
+"""The domain config map: what the runtime controller applies per domain.
+
+One file, written as both YAML and JSON with the same content:
+
+    specsparse_version: 0.1.0
+    created: 2025-01-01T00:00:00+00:00
+    model: SmolLM2-135M-Instruct
+    num_layers: 30
+    drafter: pld
+    domains:
+      qa:
+        skip_layers: [3, 17]            # selected skip set
+        accept_length: 2.31             # calibrated on the calibration split
+        metric: 0.52                    # null for domains without references
+        sparsity: 0.0667                # skipped / num_layers
+        cost: 0.0123                    # verification seconds per generated token
+        flops_fraction: 0.933
+        draft_vocab_size: null          # or the trimmed drafter vocabulary size
+        dense: {skip_layers: [], accept_length: 2.40, metric: 0.53, cost: 0.0131}
+        alternatives: [{skip_layers: [3], accept_length: 2.38, metric: 0.53, cost: 0.0127}]
+        notes: []
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specsparse import __version__
+from specsparse.search.base import SearchResult
+from specsparse.store import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ConfigMapError(ValueError):
+    """A malformed config map file; the message is one line: `<file>: <where>: <what>`."""
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """A measured configuration: the dense baseline or a Pareto alternative."""
+
+    skip_layers: tuple[int, ...]
+    accept_length: float
+    metric: float | None
+    cost: float
+
+
+@dataclass(frozen=True)
+class DomainConfig:
+    """The configuration one domain runs with, and the evidence behind it."""
+
+    skip_layers: tuple[int, ...]
+    accept_length: float
+    metric: float | None
+    sparsity: float
+    cost: float
+    flops_fraction: float
+    draft_vocab_size: int | None
+    dense: OperatingPoint
+    alternatives: tuple[OperatingPoint, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class ConfigMap:
+    """Header fields plus one DomainConfig per domain name."""
+
+    model: str
+    num_layers: int
+    domains: dict[str, DomainConfig]
+    drafter: str | None = None
+    created: str = field(default_factory=_now)
+    specsparse_version: str = __version__
+
+
+# -- building --------------------------------------------------------------------------------------
+def domain_config_from_result(domain: str, result: SearchResult, num_layers: int) -> DomainConfig:
+    """The DomainConfig of a finished search: its selected configuration, dense baseline, alternatives
+    and notes. `domain` only labels errors and logs."""
+    skip = result.selected.skip_layers
+    if any(not 0 <= i < num_layers for i in skip):
+        raise ValueError(f"domain {domain!r}: skip set {skip} out of range for {num_layers} layers")
+    m = result.selected_measurement
+
+    def point(c, pm) -> OperatingPoint:
+        return OperatingPoint(c.skip_layers, pm.accept_length, pm.metric, pm.cost)
+
+    cfg = DomainConfig(
+        skip_layers=skip,
+        accept_length=m.accept_length,
+        metric=m.metric,
+        sparsity=len(skip) / num_layers,
+        cost=m.cost,
+        flops_fraction=m.flops_fraction,
+        draft_vocab_size=result.selected.vocab_size,
+        dense=point(result.baseline, result.dense),
+        alternatives=tuple(point(c, am) for c, am in result.alternatives),
+        notes=result.notes,
+    )
+    logger.info("domain %s: %s (A=%.3f, sparsity=%.3f)", domain, result.selected.label, cfg.accept_length, cfg.sparsity)
+    return cfg
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def _point_dict(p: OperatingPoint) -> dict[str, Any]:
+    return {"skip_layers": list(p.skip_layers), "accept_length": p.accept_length, "metric": p.metric, "cost": p.cost}
+
+
+def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
+    """Plain dict (lists, no tuples) in file order."""
+    return {
+        "specsparse_version": cm.specsparse_version,
+        "created": cm.created,
+        "model": cm.model,
+        "num_layers": cm.num_layers,
+        "drafter": cm.drafter,
+        "domains": {
+            name: {
+                "skip_layers": list(d.skip_layers),
+                "accept_length": d.accept_length,
+                "metric": d.metric,
+                "sparsity": d.sparsity,
+                "cost": d.cost,
+                "flops_fraction": d.flops_fraction,
+                "draft_vocab_size": d.draft_vocab_size,
+                "dense": _point_dict(d.dense),
+                "alternatives": [_point_dict(a) for a in d.alternatives],
+                "notes": list(d.notes),
+            }
+            for name, d in cm.domains.items()
+        },
+    }
+
+
+def _base(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.with_suffix("") if path.suffix in _SUFFIXES else path
+
+
+def write_config_map(path: str | os.PathLike, config_map: ConfigMap) -> tuple[Path, Path]:
+    """Write `<base>.yaml` and `<base>.json` atomically, where `path` is the base or either file name.
+    Returns (yaml_path, json_path)."""
+    base = _base(path)
+    data = config_map_to_dict(config_map)
+    y = atomic_write_text(base.with_name(base.name + ".yaml"), yaml.safe_dump(data, sort_keys=False))
+    j = atomic_write_text(base.with_name(base.name + ".json"), json.dumps(data, indent=2) + "\n")
+    return y, j
+
+
+# -- reading and validation ------------------------------------------------------------------------
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Checker:
+    """Type checks that raise ConfigMapError naming the file and the field path."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def fail(self, where: str, what: str) -> ConfigMapError:
+        return ConfigMapError(f"{self.file}: {where}: {what}")
+
+    def mapping(self, v: Any, where: str, required: set[str], optional: set[str]) -> Mapping[str, Any]:
+        if not isinstance(v, Mapping):
+            raise self.fail(where, f"expected a mapping, got {type(v).__name__}")
+        missing = sorted(required - set(v))
+        if missing:
+            raise self.fail(where, f"missing key {missing[0]!r}")
+        unknown = sorted(set(map(str, v)) - required - optional)
+        if unknown:
+            raise self.fail(where, f"unknown key {unknown[0]!r}")
+        return v
+
+    def number(self, v: Any, where: str, nullable: bool = False) -> float | None:
+        if v is None and nullable:
+            return None
+        if not _is_num(v):
+            raise self.fail(where, f"expected a number{' or null' if nullable else ''}, got {v!r}")
+        return float(v)
+
+    def layers(self, v: Any, where: str, num_layers: int) -> tuple[int, ...]:
+        if not isinstance(v, list) or not all(_is_int(i) for i in v):
+            raise self.fail(where, f"expected a list of layer indices, got {v!r}")
+        bad = [i for i in v if not 0 <= i < num_layers]
+        if bad:
+            raise self.fail(where, f"layer {bad[0]} out of range [0, {num_layers})")
+        if len(set(v)) != len(v):
+            raise self.fail(where, f"repeated layer in {v}")
+        return tuple(sorted(v))
+
+    def point(self, v: Any, where: str, num_layers: int) -> OperatingPoint:
+        keys = {"skip_layers", "accept_length", "metric", "cost"}
+        v = self.mapping(v, where, keys, set())
+        return OperatingPoint(
+            skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
+            accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
+            metric=self.number(v["metric"], f"{where}.metric", nullable=True),
+            cost=self.number(v["cost"], f"{where}.cost"),  # type: ignore[arg-type]
+        )
+
+    def domain(self, v: Any, where: str, num_layers: int) -> DomainConfig:
+        required = {"skip_layers", "accept_length", "metric", "sparsity", "cost", "flops_fraction",
+                    "draft_vocab_size", "dense"}
+        v = self.mapping(v, where, required, {"alternatives", "notes"})
+        vocab = v["draft_vocab_size"]
+        if vocab is not None and not (_is_int(vocab) and vocab >= 1):
+            raise self.fail(f"{where}.draft_vocab_size", f"expected a positive integer or null, got {vocab!r}")
+        sparsity = self.number(v["sparsity"], f"{where}.sparsity")
+        if not 0 <= sparsity <= 1:  # type: ignore[operator]
+            raise self.fail(f"{where}.sparsity", f"expected a value in [0, 1], got {sparsity}")
+        alternatives = v.get("alternatives", [])
+        if not isinstance(alternatives, list):
+            raise self.fail(f"{where}.alternatives", f"expected a list, got {type(alternatives).__name__}")
+        notes = v.get("notes", [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise self.fail(f"{where}.notes", f"expected a list of strings, got {notes!r}")
+        return DomainConfig(
+            skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
+            accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
+            metric=self.number(v["metric"], f"{where}.metric", nullable=True),
+            sparsity=sparsity,  # type: ignore[arg-type]
+            cost=self.number(v["cost"], f"{where}.cost"),  # type: ignore[arg-type]
+            flops_fraction=self.number(v["flops_fraction"], f"{where}.flops_fraction"),  # type: ignore[arg-type]
+            draft_vocab_size=vocab,
+            dense=self.point(v["dense"], f"{where}.dense", num_layers),
+            alternatives=tuple(
+                self.point(a, f"{where}.alternatives[{i}]", num_layers) for i, a in enumerate(alternatives)
+            ),
+            notes=tuple(notes),
+        )
+
+    def config_map(self, v: Any) -> ConfigMap:
+        v = self.mapping(v, "top level", {"model", "num_layers", "domains"},
+                         {"drafter", "created", "specsparse_version"})
+        if not isinstance(v["model"], str):
+            raise self.fail("model", f"expected a string, got {v['model']!r}")
+        num_layers = v["num_layers"]
+        if not (_is_int(num_layers) and num_layers >= 1):
+            raise self.fail("num_layers", f"expected a positive integer, got {num_layers!r}")
+        for key in ("drafter", "created", "specsparse_version"):
+            if v.get(key) is not None and not isinstance(v[key], str):
+                raise self.fail(key, f"expected a string, got {v[key]!r}")
+        domains = v["domains"]
+        if not isinstance(domains, Mapping):
+            raise self.fail("domains", f"expected a mapping, got {type(domains).__name__}")
+        parsed = {}
+        for name, d in domains.items():
+            if not isinstance(name, str):
+                raise self.fail("domains", f"domain names must be strings, got {name!r}")
+            parsed[name] = self.domain(d, f"domains.{name}", num_layers)
+        return ConfigMap(
+            model=v["model"],
+            num_layers=num_layers,
+            domains=parsed,
+            drafter=v.get("drafter"),
+            created=v.get("created") or "",
+            specsparse_version=v.get("specsparse_version") or "",
+        )
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if path.suffix in _SUFFIXES:
+        if not path.is_file():
+            raise ConfigMapError(f"{path}: no such file")
+        return path
+    for suffix in (".yaml", ".yml", ".json"):
+        candidate = path.with_name(path.name + suffix)
+        if candidate.is_file():
+            return candidate
+    raise ConfigMapError(f"{path}: no such config map (.yaml, .yml or .json)")
+
+
+def load_config_map(path: str | os.PathLike) -> ConfigMap:
+    """Read and validate a config map (.yaml/.yml/.json, or a base path: YAML preferred).
+    Raises ConfigMapError with a one-line message on a malformed file."""
+    file = _resolve(path)
+    text = file.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigMapError(f"{file}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {first}") from e
+    return _Checker(file).config_map(data)
+
+
+# -- measurements table ----------------------------------------------------------------------------
+MEASUREMENT_COLUMNS = (
+    "order", "label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric", "cost",
+    "flops_fraction", "tokens_per_s", "new_tokens", "target_forwards", "wall_time_s", "draft_time_s",
+    "early_stopped", "feasible", "pareto", "selected",
+)
+
+
+def write_measurements_csv(path: str | os.PathLike, result: SearchResult) -> Path:
+    """Every configuration the search measured, in measurement order, one CSV row each (atomic write).
+    skip_layers is a JSON list; feasible / pareto / selected flag the search's conclusions."""
+    pareto = {c for c, _ in result.alternatives} | {result.selected}
+    feasible = set(result.feasible)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(MEASUREMENT_COLUMNS)
+    for i, (c, m) in enumerate(result.history):
+        writer.writerow([
+            i, c.label, json.dumps(list(c.skip_layers)), len(c.skip_layers),
+            "" if c.vocab_size is None else c.vocab_size, m.accept_length, "" if m.metric is None else m.metric,
+            m.cost, m.flops_fraction, m.tokens_per_s, m.new_tokens, m.target_forwards, m.wall_time_s,
+            m.draft_time_s, m.early_stopped, c in feasible, c in pareto, c == result.selected,
+        ])
+    return atomic_write_text(path, buf.getvalue())

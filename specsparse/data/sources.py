@@ -1,0 +1,274 @@
+"""Loaders that turn a data source into `Example`s of one domain.
+
+    load_examples("translation")                                     # built-in set
+    load_examples("rag", "spec_bench", path="…/question.jsonl")
+    load_examples("mmlu", "mmlu", path="…/mmlu", subjects=["anatomy"])
+    load_examples("math", "gsm8k", path="…/test.jsonl", limit=100)
+    load_examples("qa", "jsonl", path="qa.jsonl", prompt_field="q", reference_field="answers")
+    load_examples("qa", "hf", path="<hub id>", split="validation", prompt_field=..., reference_field=...)
+
+Every loader returns examples in file order, so `limit` (the first n) is deterministic. Ids are
+stable across runs: "<domain>-<nnn>" for built-in sets, "spec_bench-<category>-<question_id>",
+"mmlu-<subject>-<row>", "gsm8k-<line>" (0-based), "<file stem>-<row>" for jsonl.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from specsparse.data.examples import Domain, Example, get_domain, mmlu_prompt
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+
+MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+# Spec-Bench categories of each domain (mmlu has no Spec-Bench counterpart).
+SPEC_BENCH_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "translation": ("translation",),
+    "summarization": ("summarization",),
+    "qa": ("qa",),
+    "math": ("math_reasoning",),
+    "rag": ("rag",),
+    "mt_bench": MT_BENCH_CATEGORIES,
+}
+
+
+def _require_file(path: str | Path | None, what: str, option: str = "domain.path") -> Path:
+    """`path` as a Path; a one-line FileNotFoundError saying which option to set otherwise."""
+    if path is None:
+        raise FileNotFoundError(f"{what}: no path given (set {option}=...)")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"{what} not found: {p} (set {option}=...)")
+    return p
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _as_strings(value: Any) -> tuple[str, ...]:
+    """A reference field as a tuple of strings: str -> (s,), list -> its items (nested lists are
+    flattened, as in Spec-Bench rag), None -> ()."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(s for item in value for s in _as_strings(item))
+    return (str(value),)
+
+
+# --------------------------------------------------------------------------- builtin
+
+
+def load_builtin(domain: Domain, path: str | None = None, subjects: Sequence[str] | None = None, shots: int = 5) -> list[Example]:
+    """The small set shipped in specsparse/data/builtin/<domain>.jsonl.
+
+    Rows: {"id", "turns", "references"}; mmlu rows are {"id", "subject", "question", "choices",
+    "answer"} with the few-shot exemplars in mmlu_dev.jsonl. `subjects` and `shots` apply to mmlu.
+    """
+    if path is not None:
+        raise ValueError("the builtin source takes no path (use source=jsonl for a local file)")
+    file = BUILTIN_DIR / f"{domain.name}.jsonl"
+    if domain.name == "mmlu":
+        return _builtin_mmlu(file, subjects, shots)
+    if subjects is not None:
+        raise ValueError("subjects applies only to the mmlu domain")
+    return [
+        Example(row["id"], domain.name, tuple(row["turns"]), _as_strings(row.get("references")), "builtin")
+        for row in _read_jsonl(file)
+    ]
+
+
+def _builtin_mmlu(file: Path, subjects: Sequence[str] | None, shots: int) -> list[Example]:
+    rows = _read_jsonl(file)
+    dev: dict[str, list[tuple[str, list[str], str]]] = {}
+    for row in _read_jsonl(file.with_name("mmlu_dev.jsonl")):
+        dev.setdefault(row["subject"], []).append((row["question"], row["choices"], row["answer"]))
+    known = sorted({row["subject"] for row in rows})
+    wanted = _check_subjects(subjects, known, "builtin mmlu")
+    return [
+        _mmlu_example(row["id"], row["subject"], dev.get(row["subject"], [])[:shots], row["question"], row["choices"], row["answer"], "builtin", shots)
+        for row in rows
+        if row["subject"] in wanted
+    ]
+
+
+# --------------------------------------------------------------------------- Spec-Bench
+
+
+def load_spec_bench(domain: Domain, path: str | None = None, categories: Sequence[str] | None = None) -> list[Example]:
+    """Spec-Bench question.jsonl (Xia et al., 2024): the categories of `domain`, or the chosen subset.
+
+    References: translation/summarization the reference text, math_reasoning the GSM8K rationale
+    ending in '#### N', rag the list of acceptable answers; qa has none. MT-bench references (one
+    per turn, on some categories) are not answers a metric can use and are dropped.
+    """
+    own = SPEC_BENCH_CATEGORIES.get(domain.name)
+    if own is None:
+        raise ValueError(f"Spec-Bench has no {domain.name!r} prompts; domains: {', '.join(SPEC_BENCH_CATEGORIES)}")
+    if categories is None:
+        wanted = set(own)
+    else:
+        wanted = {categories} if isinstance(categories, str) else set(categories)
+        if not wanted <= set(own):
+            raise ValueError(f"categories {sorted(wanted - set(own))} are not {domain.name} categories; choose from {', '.join(own)}")
+    file = _require_file(path, "Spec-Bench file")
+    examples = []
+    for row in _read_jsonl(file):
+        if row["category"] not in wanted:
+            continue
+        refs = () if domain.name == "mt_bench" else _as_strings(row.get("reference"))
+        examples.append(
+            Example(f"spec_bench-{row['category']}-{row['question_id']}", domain.name, tuple(row["turns"]), refs, "spec_bench")
+        )
+    return examples
+
+
+# --------------------------------------------------------------------------- MMLU
+
+
+def _check_subjects(subjects: Sequence[str] | str | None, known: Sequence[str], what: str) -> list[str]:
+    if subjects is None:
+        return list(known)
+    wanted = [subjects] if isinstance(subjects, str) else list(subjects)
+    missing = [s for s in wanted if s not in known]
+    if missing:
+        raise ValueError(f"{what} has no subject(s) {missing}; found: {', '.join(known)}")
+    return wanted
+
+
+def _mmlu_example(id_: str, subject: str, exemplars, question: str, choices, answer: str, source: str, shots: int) -> Example:
+    if len(exemplars) < shots:
+        raise ValueError(f"{source} mmlu: subject {subject!r} has {len(exemplars)} dev exemplars, {shots} shots asked")
+    prompt = mmlu_prompt(subject, exemplars, question, choices)
+    letter = answer.strip().upper()
+    correct_text = choices["ABCD".index(letter)]
+    return Example(id_, "mmlu", (prompt,), (letter, correct_text), source)
+
+
+def _read_mmlu_csv(path: Path) -> list[tuple[str, list[str], str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [(row[0], row[1:5], row[5]) for row in csv.reader(f) if row]
+
+
+def load_mmlu(domain: Domain, path: str | None = None, subjects: Sequence[str] | None = None, split: str = "test", shots: int = 5) -> list[Example]:
+    """MMLU in its original CSV layout: <path>/dev/<subject>_dev.csv and <path>/<split>/<subject>_<split>.csv,
+    no header, columns question,A,B,C,D,answer. Each question becomes the standard `shots`-shot
+    prompt built from the subject's dev rows; references are (answer letter, correct option text)."""
+    if domain.name != "mmlu":
+        raise ValueError(f"the mmlu source serves the mmlu domain, not {domain.name!r}")
+    root = _require_file(path, "MMLU directory")
+    split_dir = _require_file(root / split, f"MMLU {split} directory")
+    known = sorted(p.name[: -len(f"_{split}.csv")] for p in split_dir.glob(f"*_{split}.csv"))
+    examples = []
+    for subject in _check_subjects(subjects, known, f"MMLU at {root}"):
+        exemplars = _read_mmlu_csv(root / "dev" / f"{subject}_dev.csv")[:shots] if shots else []
+        for i, (question, choices, answer) in enumerate(_read_mmlu_csv(split_dir / f"{subject}_{split}.csv")):
+            examples.append(_mmlu_example(f"mmlu-{subject}-{i:04d}", subject, exemplars, question, choices, answer, "mmlu", shots))
+    return examples
+
+
+# --------------------------------------------------------------------------- GSM8K
+
+
+def load_gsm8k(domain: Domain, path: str | None = None) -> list[Example]:
+    """GSM8K jsonl ({"question", "answer"}; the answer ends in '#### N'). Ids are 'gsm8k-<line>'."""
+    if domain.name != "math":
+        raise ValueError(f"the gsm8k source serves the math domain, not {domain.name!r}")
+    file = _require_file(path, "GSM8K file")
+    return [
+        Example(f"gsm8k-{i:04d}", domain.name, (domain.format_input(row["question"]),), (row["answer"],), "gsm8k")
+        for i, row in enumerate(_read_jsonl(file))
+    ]
+
+
+# --------------------------------------------------------------------------- generic records
+
+
+def records_to_examples(
+    records: Iterable[dict[str, Any]],
+    domain: Domain,
+    source: str,
+    id_prefix: str,
+    prompt_field: str = "prompt",
+    reference_field: str | None = "reference",
+    id_field: str | None = None,
+    apply_input_template: bool = True,
+) -> list[Example]:
+    """Map records to Examples. prompt_field: str (one turn) or list of str (several turns);
+    reference_field: str, list of str or nested lists (flattened), or missing/None (no reference);
+    id_field: a unique id column, else ids are '<id_prefix>-<row index>'. The domain's
+    input_template wraps the first turn unless apply_input_template is False."""
+    examples = []
+    for i, row in enumerate(records):
+        if prompt_field not in row:
+            raise KeyError(f"{source} record {i} has no prompt field {prompt_field!r}; fields: {sorted(row)}")
+        turns = list(_as_strings(row[prompt_field]))
+        if apply_input_template and turns:
+            turns[0] = domain.format_input(turns[0])
+        refs = _as_strings(row.get(reference_field)) if reference_field else ()
+        ex_id = str(row[id_field]) if id_field else f"{id_prefix}-{i:05d}"
+        examples.append(Example(ex_id, domain.name, tuple(turns), refs, source))
+    return examples
+
+
+def load_jsonl(domain: Domain, path: str | None = None, **fields: Any) -> list[Example]:
+    """Any local JSONL file; `fields` as in `records_to_examples` (prompt_field, reference_field, ...)."""
+    file = _require_file(path, "JSONL file")
+    return records_to_examples(_read_jsonl(file), domain, "jsonl", file.stem, **fields)
+
+
+def load_hf(
+    domain: Domain,
+    path: str | None = None,
+    split: str = "test",
+    name: str | None = None,
+    data_files: str | Sequence[str] | None = None,
+    cache_dir: str | None = None,
+    **fields: Any,
+) -> list[Example]:
+    """A `datasets` dataset: a Hub id (needs network on first use), or a packaged builder such as
+    "json" with `data_files`; `name` is the dataset config. `fields` as in `records_to_examples`."""
+    if path is None:
+        raise ValueError("the hf source needs a dataset id (set domain.path=...)")
+    import datasets
+
+    dataset = datasets.load_dataset(path, name, split=split, data_files=data_files, cache_dir=cache_dir)
+    prefix = f"{path.replace('/', '_')}-{split}"
+    return records_to_examples(dataset, domain, "hf", prefix, **fields)
+
+
+SOURCES: dict[str, Callable[..., list[Example]]] = {
+    "builtin": load_builtin,
+    "spec_bench": load_spec_bench,
+    "mmlu": load_mmlu,
+    "gsm8k": load_gsm8k,
+    "jsonl": load_jsonl,
+    "hf": load_hf,
+}
+
+
+def load_examples(domain: str | Domain, source: str = "builtin", path: str | None = None, limit: int | None = None, **options: Any) -> list[Example]:
+    """Examples of `domain` from `source` ("builtin", "spec_bench", "mmlu", "gsm8k", "jsonl", "hf"),
+    in source order; `limit` keeps the first n. Source-specific `options` go to the loader."""
+    dom = get_domain(domain) if isinstance(domain, str) else domain
+    try:
+        loader = SOURCES[source]
+    except KeyError:
+        raise ValueError(f"unknown source {source!r}; known: {', '.join(SOURCES)}") from None
+    examples = loader(dom, path, **options)
+    if limit is not None:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        examples = examples[:limit]
+    ids = [ex.id for ex in examples]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{source} gave duplicate example ids for domain {dom.name!r}")
+    logger.info("loaded %d %s examples from %s%s", len(examples), dom.name, source, f" ({path})" if path else "")
+    return examples

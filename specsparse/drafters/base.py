@@ -1,0 +1,62 @@
+"""The one interface every drafter implements.
+
+Lifecycle for one request (the engine drives it):
+
+    drafter.begin(prompt_ids)            # once, with the full prompt
+    loop:
+        p = drafter.propose(k)           # up to k tokens continuing prompt + committed tokens
+        ... target verifies ...
+        drafter.observe(committed, verified_ids, verified_logits)
+
+`reset()` clears any state kept across requests (e.g. Token Recycling's adjacency matrix), so a
+measurement that calls it first is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Draft tokens, and (for sampling) the drafter's distribution at each drafted position.
+
+    tokens: list of n <= k token ids (n may be 0: the engine then runs plain decoding for one step).
+    probs: [n, vocab] float tensor of the draft distributions q_i the tokens were drawn from,
+        or None for deterministic drafters (treated as one-hot at each token).
+    """
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+class Drafter:
+    """Base class; subclasses override what they need."""
+
+    name: str = "drafter"
+
+    def reset(self) -> None:
+        """Forget state carried across requests."""
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        """Start a request whose context is `prompt_ids` (chat template already applied)."""
+        raise NotImplementedError
+
+    def propose(self, k: int) -> Proposal:
+        """Propose up to k tokens that continue the current context."""
+        raise NotImplementedError
+
+    def observe(self, committed: list[int], verified_ids: list[int], verified_logits: torch.Tensor) -> None:
+        """Feedback after one verification step.
+
+        committed: tokens appended to the context this step (accepted drafts, then the bonus token).
+        verified_ids: the target's inputs this step: [last context token, *draft tokens] (length n+1).
+        verified_logits: [n+1, vocab] target logits at those positions (row i predicts the token after
+            verified_ids[i]); Token Recycling learns successor lists from them.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release per-request resources (caches)."""

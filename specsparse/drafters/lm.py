@@ -1,0 +1,125 @@
+"""Drafters that run a causal LM: the target itself with a draft skip set (`self_skip`) or an
+independent small model sharing the target's tokenizer (`draft_model`).
+
+The drafter keeps its own KV cache. After each verification it keeps the cached drafts the target
+accepted and feeds the rest of the committed tokens on the next proposal, so its cache always holds
+exactly its own (sparse) model's states for the committed context. Sharing the target's cache instead
+would leave layers the target skips without the accepted tokens: acceptance would drop silently.
+
+An optional trimmed vocabulary (`vocab_ids`) makes the head compute only those logits; proposals are
+mapped back to full-vocabulary ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from specsparse.drafters.base import Drafter, Proposal
+from specsparse.engine import ModelSession
+
+
+class LMDrafter(Drafter):
+    """Greedy (or, with temperature > 0, sampled) chain drafts from a causal LM."""
+
+    name = "lm"
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        skip_layers: Sequence[int] = (),
+        vocab_ids: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        seed: int = 0,
+    ):
+        self.model = model
+        self.skip_layers = tuple(sorted(skip_layers))
+        self.temperature = temperature
+        self.seed = seed
+        head = model.get_output_embeddings().weight
+        if vocab_ids is None:
+            self.vocab_ids = None
+            self.head_weight = None
+        else:
+            ids = torch.as_tensor(sorted(set(int(i) for i in vocab_ids)), dtype=torch.long)
+            if len(ids) == 0 or int(ids.min()) < 0 or int(ids.max()) >= head.shape[0]:
+                raise ValueError(f"draft vocabulary ids must be within 0..{head.shape[0] - 1} and non-empty")
+            self.vocab_ids = ids.to(head.device)
+            self.head_weight = head[self.vocab_ids].contiguous()  # [k, hidden]: the trimmed head
+        self.full_vocab_size = head.shape[0]
+        self.session: ModelSession | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.full_vocab_size if self.vocab_ids is None else len(self.vocab_ids)
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.session = ModelSession(self.model, self.skip_layers)
+        self.context = list(prompt_ids)
+        self.drafted: list[int] = []
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    def propose(self, k: int) -> Proposal:
+        session = self.session
+        pending = self.context[session.length :]  # committed tokens not yet in the cache (>= 1)
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for _ in range(k):
+                hidden = session.hidden_states(pending)[-1:]
+                logits = session.logits(hidden, self.head_weight)[0]
+                token, dist = self._choose(logits)
+                tokens.append(token)
+                if dist is not None:
+                    probs.append(dist)
+                pending = [token]
+        self.drafted = tokens
+        return Proposal(tokens, torch.stack(probs) if probs else None)
+
+    def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """Pick the next draft token from (possibly trimmed) logits [vocab'] -> (full id, full dist)."""
+        if self.temperature <= 0:
+            index = int(logits.argmax())
+            return (index if self.vocab_ids is None else int(self.vocab_ids[index])), None
+        dist = torch.softmax(logits / self.temperature, dim=-1)
+        index = int(torch.multinomial(dist, 1, generator=self.generator))
+        if self.vocab_ids is None:
+            return index, dist
+        full = torch.zeros(self.full_vocab_size, dtype=dist.dtype, device=dist.device)
+        full[self.vocab_ids] = dist
+        return int(self.vocab_ids[index]), full
+
+    def observe(self, committed: list[int], verified_ids: list[int], verified_logits: torch.Tensor) -> None:
+        accepted = 0
+        while accepted < len(committed) - 1 and accepted < len(self.drafted) and committed[accepted] == self.drafted[accepted]:
+            accepted += 1
+        # The cache holds context + drafts[:-1]; keep the accepted ones, re-feed the rest next time.
+        keep = len(self.context) + min(accepted, max(len(self.drafted) - 1, 0))
+        self.session.rollback(min(keep, self.session.length))
+        self.context.extend(committed)
+        self.drafted = []
+
+    def close(self) -> None:
+        self.session = None
+
+
+class SelfSkipDrafter(LMDrafter):
+    """Self-speculative drafting (SWIFT / Draft&Verify): the target with its own draft skip set."""
+
+    name = "self_skip"
+
+
+class DraftModelDrafter(LMDrafter):
+    """An independent causal LM sharing the target's tokenizer."""
+
+    name = "draft_model"
+
+    def __init__(self, model: PreTrainedModel, target_vocab_size: int | None = None, **kwargs):
+        super().__init__(model, **kwargs)
+        if target_vocab_size is not None and self.full_vocab_size > target_vocab_size:
+            raise ValueError(
+                f"draft model vocabulary ({self.full_vocab_size}) is larger than the target's ({target_vocab_size}): "
+                "use a draft model with the target's tokenizer"
+            )

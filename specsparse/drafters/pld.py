@@ -1,0 +1,60 @@
+"""Prompt lookup decoding: draft the tokens that followed an earlier occurrence of the context's tail."""
+
+from __future__ import annotations
+
+import torch
+
+from specsparse.drafters.base import Drafter, Proposal
+
+
+class PromptLookupDrafter(Drafter):
+    """N-gram prompt lookup, proposing exactly what HF's `PromptLookupCandidateGenerator` proposes.
+
+    For n from `max_ngram_size` down to `min_ngram_size`, take the last n tokens of the context and
+    find their first (leftmost) occurrence that is not the tail itself; the tokens after it are the
+    draft. HF rescans the whole sequence each step; here an index maps every n-gram to the start of
+    its first occurrence and grows as tokens are committed, so a step costs O(max_ngram_size + k).
+    """
+
+    name = "pld"
+
+    def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1) -> None:
+        if not 1 <= min_ngram_size <= max_ngram_size:
+            raise ValueError(f"need 1 <= min_ngram_size <= max_ngram_size, got {min_ngram_size}, {max_ngram_size}")
+        self.max_ngram_size = max_ngram_size
+        self.min_ngram_size = min_ngram_size
+        self._ids: list[int] = []
+        # Only the first start is kept: HF picks the leftmost match, and later ones never change it.
+        self._first: dict[tuple[int, ...], int] = {}
+
+    def reset(self) -> None:
+        self._ids = []
+        self._first = {}
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.reset()
+        self._extend(prompt_ids)
+
+    def propose(self, k: int) -> Proposal:
+        ids = self._ids
+        n_ids = len(ids)
+        if k <= 0:
+            return Proposal(tokens=[])
+        # HF never matches an n-gram as long as the whole sequence (n <= len - 1).
+        for n in range(min(self.max_ngram_size, n_ids - 1), self.min_ngram_size - 1, -1):
+            start = self._first[tuple(ids[n_ids - n :])]
+            # The tail itself is always indexed; a first occurrence at the tail means no earlier one.
+            if start < n_ids - n:
+                return Proposal(tokens=ids[start + n : start + n + k])
+        return Proposal(tokens=[])
+
+    def observe(self, committed: list[int], verified_ids: list[int], verified_logits: torch.Tensor) -> None:
+        self._extend(committed)
+
+    def _extend(self, tokens: list[int]) -> None:
+        ids, first = self._ids, self._first
+        for tok in tokens:
+            ids.append(int(tok))
+            end = len(ids)
+            for n in range(self.min_ngram_size, min(self.max_ngram_size, end) + 1):
+                first.setdefault(tuple(ids[end - n :]), end - n)

@@ -1,0 +1,116 @@
+"""Task metrics, computed by local `evaluate` modules (no Hub access), all on a 0-1 scale.
+
+    >>> score("squad", ["Paris"], [["Paris", "paris, France"]])
+    {'exact_match': 1.0, 'f1': 1.0, 'score': 1.0}
+
+`score` returns the module's values plus "score", the headline value of that metric (BLEU for
+sacrebleu, ROUGE-L F for rouge, F1 for squad, accuracy otherwise). It returns None, not 0, when
+nothing can be scored (no metric, or no example has a reference); callers display that as "n/a".
+`evaluate` is imported on first use, because importing it pulls in most of transformers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from specsparse.data.examples import Domain, Example
+
+logger = logging.getLogger(__name__)
+
+MODULES_DIR = Path(__file__).resolve().parent / "modules"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A local evaluate module (file under metrics/modules/) and the key of its headline value."""
+
+    module: str
+    headline: str
+
+    @property
+    def path(self) -> Path:
+        return MODULES_DIR / self.module
+
+
+METRICS: dict[str, MetricSpec] = {
+    "sacrebleu": MetricSpec("sacrebleu_local.py", "bleu"),
+    "rouge": MetricSpec("rouge_local.py", "rougeL"),
+    "squad": MetricSpec("squad_local.py", "f1"),
+    "answer_in_list": MetricSpec("answer_in_list.py", "accuracy"),
+    "numeric_match": MetricSpec("numeric_match.py", "accuracy"),
+    "choice_accuracy": MetricSpec("choice_accuracy.py", "accuracy"),
+}
+
+
+def get_metric_spec(name: str) -> MetricSpec:
+    """The MetricSpec registered under `name`; ValueError naming the known metrics otherwise."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ValueError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def load_metric(name: str) -> Any:
+    """The loaded `evaluate` module for metric `name` (loaded once per process, kept in memory)."""
+    import evaluate
+
+    spec = get_metric_spec(name)
+    logger.debug("loading metric %s from %s", name, spec.path)
+    return evaluate.load(str(spec.path), keep_in_memory=True)
+
+
+def score(
+    metric_name: str | None,
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+) -> dict[str, float] | None:
+    """Score predictions against references with one metric.
+
+    predictions: n output strings. references: n sequences of acceptable answers; examples whose
+    sequence is empty are left out. Returns the metric's values plus "score" (the headline), or
+    None when `metric_name` is None or no example has a reference.
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} reference lists")
+    if metric_name is None:
+        return None
+    spec = get_metric_spec(metric_name)
+    pairs = [(str(p), [str(r) for r in refs]) for p, refs in zip(predictions, references) if len(refs) > 0]
+    if not pairs:
+        return None
+    if len(pairs) < len(predictions):
+        logger.debug("%s: %d of %d examples have no reference", metric_name, len(predictions) - len(pairs), len(predictions))
+    values = load_metric(metric_name).compute(
+        predictions=[p for p, _ in pairs], references=[r for _, r in pairs]
+    )
+    result = {key: float(value) for key, value in values.items()}
+    result["score"] = result[spec.headline]
+    return result
+
+
+def headline_metric(domain: str | Domain) -> str | None:
+    """Name of the value that `score` reports as "score" for a domain ("rougeL", "f1", ...); None
+    for a domain without a metric (mt_bench)."""
+    if isinstance(domain, str):
+        from specsparse.data.examples import get_domain
+
+        domain = get_domain(domain)
+    return None if domain.metric is None else get_metric_spec(domain.metric).headline
+
+
+def score_outputs(domain: Domain, outputs: Sequence[str], examples: Sequence[Example]) -> dict[str, float] | None:
+    """Extract each output's answer with the domain's rule and score it against the example's
+    references (the last turn's output is the one scored)."""
+    if len(outputs) != len(examples):
+        raise ValueError(f"{len(outputs)} outputs but {len(examples)} examples")
+    predictions = [domain.extract_answer(text) for text in outputs]
+    return score(domain.metric, predictions, [ex.references for ex in examples])
+
+
+__all__ = ["METRICS", "MetricSpec", "get_metric_spec", "headline_metric", "load_metric", "score", "score_outputs"]

@@ -1,0 +1,31 @@
+"""Search strategies (propose) and the driver (owns the loop).
+
+Names match across layers: `conf/search/<name>.yaml` <-> `specsparse/search/<name>.py` <-> class.
+"""
+
+from specsparse.search.accept_only import AcceptOnlySearch
+from specsparse.search.base import LayerSkipSearch, SearchResult, SearchStrategy, Selection
+from specsparse.search.bfs import BFSSearch
+from specsparse.search.driver import evaluate_callable, run_search
+from specsparse.search.greedy import GreedySearch
+from specsparse.search.metric_only import MetricOnlySearch
+from specsparse.search.pareto import is_feasible, pareto_front
+from specsparse.search.random import RandomSearch
+from specsparse.search.tpe_vocab import TPEVocabSearch
+
+__all__ = [
+    "AcceptOnlySearch",
+    "BFSSearch",
+    "GreedySearch",
+    "LayerSkipSearch",
+    "MetricOnlySearch",
+    "RandomSearch",
+    "SearchResult",
+    "SearchStrategy",
+    "Selection",
+    "TPEVocabSearch",
+    "evaluate_callable",
+    "is_feasible",
+    "pareto_front",
+    "run_search",
+]

@@ -1,0 +1,227 @@
+"""Search strategy interface, the result of a search, and the shared layer-skip machinery.
+
+A strategy only proposes (`ask`) and learns (`tell`); `specsparse.search.driver.run_search` owns the
+loop, the budget, de-duplication, caching, storing and logging — as Optuna's Study owns the loop and
+samplers only sample.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from specsparse.search.pareto import (
+    Point,
+    active_objectives,
+    feasibility_thresholds,
+    is_feasible,
+    pareto_front,
+)
+from specsparse.types import Candidate, Measurement
+
+NOTE_METRIC_UNDEFINED = "metric undefined: acceptance-only rules"
+NOTE_DENSE_SELECTED = "no feasible configuration cheaper than dense: dense selected"
+
+Thresholds = tuple[float | None, float | None]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a strategy concludes from what it was told (candidates only; the driver attaches the
+    measurements). `baseline` is the dense reference every tolerance is relative to."""
+
+    baseline: Candidate
+    selected: Candidate
+    alternatives: tuple[Candidate, ...] = ()
+    feasible: tuple[Candidate, ...] = ()
+    notes: tuple[str, ...] = ()
+    info: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Outcome of one search.
+
+    history: every distinct (candidate, measurement) the search used, in measurement order
+        (cache hits included, in the order they were served).
+    alternatives: the other Pareto-optimal feasible configurations (the dense baseline excluded).
+    n_measured: new measurements made by this run (what the budget counts).
+    n_cache_hits: measurements served from the results store.
+    target_forwards: target verification forwards of the new measurements only.
+    wall_time_s: wall time of the whole search.
+    info: strategy-specific facts (e.g. the chosen vocabulary size with its coverage).
+    """
+
+    strategy: str
+    baseline: Candidate
+    dense: Measurement
+    selected: Candidate
+    selected_measurement: Measurement
+    alternatives: tuple[Point, ...]
+    history: tuple[Point, ...]
+    feasible: tuple[Candidate, ...] = ()
+    notes: tuple[str, ...] = ()
+    n_measured: int = 0
+    n_cache_hits: int = 0
+    target_forwards: int = 0
+    wall_time_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class SearchStrategy(abc.ABC):
+    """Proposes candidates in batches and learns from their measurements.
+
+    Contract: `ask()` returns the next batch ([] when finished); the driver tells every candidate of
+    the batch it could measure (a batch may be cut short by the budget) before asking again.
+    Same constructor arguments (seed included) -> same sequence of proposals for the same measurements.
+    """
+
+    name: ClassVar[str] = "search"
+
+    @abc.abstractmethod
+    def ask(self) -> list[Candidate]:
+        """Next batch of candidates to measure; [] when the search is over."""
+
+    @abc.abstractmethod
+    def tell(self, candidate: Candidate, measurement: Measurement) -> None:
+        """Record the measurement of a candidate this strategy proposed."""
+
+    @abc.abstractmethod
+    def select(self) -> Selection:
+        """Conclude from everything told so far."""
+
+    def feasibility_thresholds(self) -> Thresholds | None:
+        """(min_accept, min_metric) below which a configuration of the *current* batch is certainly
+        rejected, or None when early rejection does not apply (yet). A runner may stop measuring a
+        configuration once it cannot reach them and return it with `early_stopped=True`."""
+        return None
+
+
+class LayerSkipSearch(SearchStrategy):
+    """Shared state and rules of the target-layer skip searches (bfs, greedy, random, ...).
+
+    Every search starts with the dense baseline, applies the same feasibility rule and the same
+    selection: among feasible measured configurations, keep the Pareto front over (A, M, cost) and pick
+    the cheapest (ties: more layers skipped, then lexicographic); the rest of the front are the
+    alternatives. With nothing feasible the dense configuration is selected.
+
+    objectives: which constraints the rule uses, a non-empty subset of ("accept", "metric").
+    protect_layers: layers never skipped (e.g. the first and last layer).
+    early_reject: expose `feasibility_thresholds()` to runners that can stop measurements early.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        max_depth: int = 4,
+        eps_accept: float = 0.05,
+        eps_metric: float = 0.05,
+        protect_layers: Sequence[int] = (),
+        objectives: Sequence[str] = ("accept", "metric"),
+        early_reject: bool = False,
+    ) -> None:
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        if max_depth < 1:
+            raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+        if not 0 <= eps_accept < 1 or not 0 <= eps_metric < 1:
+            raise ValueError(f"eps_accept and eps_metric must be in [0, 1), got {eps_accept}, {eps_metric}")
+        objectives = tuple(objectives)
+        if not objectives or set(objectives) - {"accept", "metric"}:
+            raise ValueError(f"objectives must be a non-empty subset of ('accept', 'metric'), got {objectives}")
+        bad = [i for i in protect_layers if not 0 <= int(i) < num_layers]
+        if bad:
+            raise ValueError(f"protect_layers out of range [0, {num_layers}): {bad}")
+        self.num_layers = num_layers
+        self.max_depth = max_depth
+        self.eps_accept = eps_accept
+        self.eps_metric = eps_metric
+        self.protect_layers = tuple(sorted({int(i) for i in protect_layers}))
+        self.objectives = objectives
+        self.early_reject = early_reject
+        self.free_layers = tuple(i for i in range(num_layers) if i not in self.protect_layers)
+        self.measured: dict[Candidate, Measurement] = {}
+        self.dense_candidate = Candidate()
+
+    # -- state -----------------------------------------------------------------------------------
+    def tell(self, candidate: Candidate, measurement: Measurement) -> None:
+        self.measured[candidate] = measurement
+
+    @property
+    def dense(self) -> Measurement | None:
+        """The dense baseline measurement, once told."""
+        return self.measured.get(self.dense_candidate)
+
+    def _rule(self) -> tuple[bool, bool]:
+        assert self.dense is not None
+        return active_objectives(self.dense, "accept" in self.objectives, "metric" in self.objectives)
+
+    def feasible(self, m: Measurement) -> bool:
+        """The feasibility rule of this search (needs the dense baseline)."""
+        assert self.dense is not None
+        use_a, use_m = self._rule()
+        return is_feasible(m, self.dense, self.eps_accept, self.eps_metric, use_a, use_m)
+
+    def passes_any(self, m: Measurement) -> bool:
+        """Permissive rule: at least one of the constraints in use holds (BFS candidate pool)."""
+        assert self.dense is not None
+        if m.early_stopped:
+            return False
+        use_a, use_m = self._rule()
+        return any(
+            is_feasible(m, self.dense, self.eps_accept, self.eps_metric, a, b)
+            for a, b in ((use_a, False), (False, use_m))
+            if a or b
+        )
+
+    def quality(self, m: Measurement, weight_accept: float = 0.5) -> float:
+        """Retained quality: weight_accept * A/A0 + (1 - weight_accept) * M/M0 over the constraints in
+        use (just the one ratio when only one applies)."""
+        assert self.dense is not None
+        use_a, use_m = self._rule()
+        ra = _ratio(m.accept_length, self.dense.accept_length)
+        if not use_m:
+            return ra
+        rm = _ratio(m.metric if m.metric is not None else 0.0, self.dense.metric)  # type: ignore[arg-type]
+        if not use_a:
+            return rm
+        return weight_accept * ra + (1.0 - weight_accept) * rm
+
+    def feasibility_thresholds(self) -> Thresholds | None:
+        if not self.early_reject or self.dense is None:
+            return None
+        use_a, use_m = self._rule()
+        return feasibility_thresholds(self.dense, self.eps_accept, self.eps_metric, use_a, use_m)
+
+    # -- conclusion ------------------------------------------------------------------------------
+    def select(self) -> Selection:
+        dense = self.dense
+        if dense is None:
+            return Selection(baseline=self.dense_candidate, selected=self.dense_candidate)
+        notes = []
+        if "metric" in self.objectives and dense.metric is None:
+            notes.append(NOTE_METRIC_UNDEFINED)
+        feasible = [(c, m) for c, m in self.measured.items() if self.feasible(m)]
+        use_a, use_m = self._rule()
+        objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on] + ["cost"]
+        front = pareto_front(feasible, objectives)
+        if not front:  # only possible when the dense measurement itself was early-stopped
+            front = [(self.dense_candidate, dense)]
+        selected = front[0][0]
+        if selected == self.dense_candidate:
+            notes.append(NOTE_DENSE_SELECTED)
+        alternatives = tuple(c for c, _ in front[1:] if c != self.dense_candidate)
+        return Selection(
+            baseline=self.dense_candidate,
+            selected=selected,
+            alternatives=alternatives,
+            feasible=tuple(c for c, _ in feasible),
+            notes=tuple(notes),
+        )
+
+
+def _ratio(x: float, x0: float) -> float:
+    """x / x0, with a zero baseline mapped so that any x >= 0 retains everything."""
+    return x / x0 if x0 > 0 else 1.0 + x

@@ -1,0 +1,101 @@
+"""Breadth-first search over skip sets (TSS, Algorithm 1).
+
+Level 0 measures the dense model, level 1 every single-layer skip. Layers whose single skip keeps
+*either* constraint (A >= (1-eps_A)A0 or M >= (1-eps_M)M0) form the candidate pool — permissive on
+purpose, because a layer that hurts one objective alone may still combine well. Level k = 2..max_depth
+measures every k-subset of the pool as one batch. A configuration is feasible only when *both*
+constraints hold; the search stops after max_depth or after a level with no feasible configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Sequence
+
+from specsparse.search.base import LayerSkipSearch, Selection, Thresholds
+from specsparse.types import Candidate
+
+logger = logging.getLogger(__name__)
+
+
+class BFSSearch(LayerSkipSearch):
+    """TSS breadth-first search.
+
+    max_pool: keep at most this many pool layers (None: all). Pool layers are ranked by retained
+        quality of their single skip, `weight_accept * A/A0 + (1 - weight_accept) * M/M0` (the ratio in
+        use when only one constraint applies), ties broken by lower cost, then layer index: layers that
+        cost least quality alone are the likeliest to stay feasible together, while the cost saved by one
+        layer is nearly the same for every layer.
+    early_reject: expose thresholds from level 2 on; single skips are never cut early since the pool
+        rule is permissive (a single skip failing one constraint still enters the pool).
+    """
+
+    name = "bfs"
+
+    def __init__(
+        self,
+        num_layers: int,
+        max_depth: int = 4,
+        eps_accept: float = 0.05,
+        eps_metric: float = 0.05,
+        max_pool: int | None = None,
+        protect_layers: Sequence[int] = (),
+        objectives: Sequence[str] = ("accept", "metric"),
+        early_reject: bool = False,
+        weight_accept: float = 0.5,
+    ) -> None:
+        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject)
+        if max_pool is not None and max_pool < 1:
+            raise ValueError(f"max_pool must be >= 1 or None, got {max_pool}")
+        self.max_pool = max_pool
+        self.weight_accept = weight_accept
+        self.level = -1  # level of the batch last proposed (0 = dense)
+        self.pool: tuple[int, ...] = ()
+        self._done = False
+
+    def ask(self) -> list[Candidate]:
+        if self._done:
+            return []
+        batch = self._level_batch(self.level + 1)
+        if not batch:
+            self._done = True
+            return []
+        self.level += 1
+        logger.info("bfs level %d: %d configurations", self.level, len(batch))
+        return batch
+
+    def _level_batch(self, k: int) -> list[Candidate]:
+        if k == 0:
+            return [self.dense_candidate]
+        if self.dense is None or k > self.max_depth:
+            return []
+        if k == 1:
+            return [Candidate((layer,)) for layer in self.free_layers]
+        if not any(self.feasible(m) for c, m in self.measured.items() if len(c.skip_layers) == k - 1):
+            logger.info("bfs: no feasible configuration at level %d, stopping", k - 1)
+            return []
+        if k == 2:
+            self.pool = self._build_pool()
+        return [Candidate(s) for s in itertools.combinations(self.pool, k)]
+
+    def _build_pool(self) -> tuple[int, ...]:
+        singles = [
+            (c.skip_layers[0], m)
+            for c, m in self.measured.items()
+            if len(c.skip_layers) == 1 and self.passes_any(m)
+        ]
+        ranked = sorted(singles, key=lambda lm: (-self.quality(lm[1], self.weight_accept), lm[1].cost, lm[0]))
+        if self.max_pool is not None:
+            ranked = ranked[: self.max_pool]
+        pool = tuple(sorted(layer for layer, _ in ranked))
+        logger.info("bfs pool (%d of %d single skips): %s", len(pool), len(singles), pool)
+        return pool
+
+    def feasibility_thresholds(self) -> Thresholds | None:
+        return super().feasibility_thresholds() if self.level >= 2 else None
+
+    def select(self) -> Selection:
+        sel = super().select()
+        return dataclasses.replace(sel, info={"pool": list(self.pool), "levels": max(self.level, 0)})

@@ -1,0 +1,201 @@
+"""The one loop every search runs in.
+
+    result = run_search(BFSSearch(num_layers=30), evaluate_batch, store=store, key_fn=key_fn)
+
+`evaluate_batch(list[Candidate]) -> list[Measurement]` is supplied by a runner (a local loop, a Ray
+Tune fan-out, or `evaluate_callable` for synthetic objectives); the driver only sees the callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from specsparse.search.base import SearchResult, SearchStrategy
+from specsparse.store import ResultsStore
+from specsparse.types import Candidate, Measurement
+
+logger = logging.getLogger(__name__)
+
+EvaluateBatch = Callable[[list[Candidate]], Sequence[Measurement]]
+OnMeasurement = Callable[[Candidate, Measurement, bool], None]
+
+
+def candidate_meta(candidate: Candidate) -> dict[str, Any]:
+    """The candidate part of a store description."""
+    return {"skip_layers": list(candidate.skip_layers), "vocab_size": candidate.vocab_size}
+
+
+def run_search(
+    strategy: SearchStrategy,
+    evaluate_batch: EvaluateBatch,
+    *,
+    budget: int | None = None,
+    store: ResultsStore | None = None,
+    key_fn: Callable[[Candidate], str] | None = None,
+    meta_fn: Callable[[Candidate], dict[str, Any]] | None = None,
+    progress: bool = True,
+    on_measurement: OnMeasurement | None = None,
+) -> SearchResult:
+    """Run `strategy` to completion (or until the budget is spent) and return its result.
+
+    Each round: ask the strategy for a batch; drop candidates already measured in this search (they are
+    told their recorded measurement again, never re-measured); serve candidates whose `key_fn` key is in
+    `store` without evaluating them; evaluate the rest as one batch; store the new measurements; tell the
+    strategy every candidate in proposal order; call `on_measurement(candidate, measurement, cached)`.
+
+    budget: maximum number of NEW measurements (None: unlimited). Cache hits are free, so a batch that
+        the store fully serves never touches it; when a batch needs more than what is left, the first
+        ones (in proposal order) are measured and the search stops with a note. Consequently a rerun with
+        the same budget over a warm store replays the cached part and spends its budget further on.
+    store, key_fn: results store and `key_fn(candidate) -> key` (normally `content_hash` of everything
+        that affects the measurement). A key_fn is required with a store.
+    meta_fn: description stored with each new measurement (`meta_fn(candidate)`, e.g. model, domain,
+        generation settings); the candidate itself is always added under "candidate", and for an
+        early-stopped measurement the strategy's thresholds under "early_stop_thresholds".
+    progress: show a tqdm bar (new measurements; cache hits in the postfix).
+    """
+    if budget is not None and budget < 0:
+        raise ValueError(f"budget must be >= 0 or None, got {budget}")
+    if store is not None and key_fn is None:
+        raise ValueError("a store needs key_fn(candidate) -> key")
+    start = time.perf_counter()
+    measured: dict[Candidate, Measurement] = {}
+    n_new = n_hits = forwards = 0
+    notes: list[str] = []
+    bar = tqdm(total=budget, disable=not progress, desc=strategy.name, unit="config", leave=False)
+    try:
+        round_ = 0
+        while batch := strategy.ask():
+            round_ += 1
+            fresh = list(dict.fromkeys(c for c in batch if c not in measured))
+            for c in dict.fromkeys(c for c in batch if c in measured):
+                strategy.tell(c, measured[c])
+            if not fresh:
+                logger.warning("%s proposed only configurations it already has; stopping", strategy.name)
+                break
+            keys = {c: key_fn(c) for c in fresh} if store is not None else {}  # type: ignore[misc]
+            results: dict[Candidate, tuple[Measurement, bool]] = {}
+            for c in fresh:
+                hit = store.get(keys[c]) if store is not None else None
+                if hit is not None:
+                    results[c] = (hit, True)
+            todo = [c for c in fresh if c not in results]
+            left = None if budget is None else budget - n_new
+            cut = left is not None and len(todo) > left
+            if cut:
+                todo = todo[:left]
+            if todo:
+                ms = list(evaluate_batch(list(todo)))
+                if len(ms) != len(todo):
+                    raise RuntimeError(f"evaluate_batch returned {len(ms)} measurements for {len(todo)} candidates")
+                for c, m in zip(todo, ms):
+                    results[c] = (m, False)
+                    if store is not None:
+                        store.put(keys[c], m, _meta(c, m, strategy, meta_fn))
+            n_round_hits = 0
+            for c in fresh:
+                if c not in results:
+                    continue
+                m, cached = results[c]
+                measured[c] = m
+                n_hits += cached
+                n_round_hits += cached
+                if not cached:
+                    n_new += 1
+                    forwards += m.target_forwards
+                strategy.tell(c, m)
+                if on_measurement is not None:
+                    on_measurement(c, m, cached)
+            bar.update(len(todo))
+            bar.set_postfix(cached=n_hits)
+            logger.info(
+                "%s round %d: %d proposed, %d cached, %d measured", strategy.name, round_, len(batch),
+                n_round_hits, len(todo),
+            )
+            if cut:
+                notes.append(f"budget of {budget} new measurements exhausted; search stopped early")
+                logger.info("%s: %s", strategy.name, notes[-1])
+                break
+    finally:
+        bar.close()
+    return _result(strategy, measured, notes, n_new, n_hits, forwards, time.perf_counter() - start)
+
+
+def _meta(c: Candidate, m: Measurement, strategy: SearchStrategy, meta_fn: Callable | None) -> dict[str, Any]:
+    meta = dict(meta_fn(c)) if meta_fn is not None else {}
+    meta["candidate"] = candidate_meta(c)
+    if m.early_stopped:
+        meta["early_stop_thresholds"] = strategy.feasibility_thresholds()
+    return meta
+
+
+def _result(
+    strategy: SearchStrategy,
+    measured: dict[Candidate, Measurement],
+    notes: list[str],
+    n_new: int,
+    n_hits: int,
+    forwards: int,
+    wall: float,
+) -> SearchResult:
+    sel = strategy.select()
+    if sel.baseline not in measured:
+        raise RuntimeError(f"{strategy.name}: the baseline {sel.baseline.label} was never measured (budget 0?)")
+    if sel.selected not in measured:
+        raise RuntimeError(f"{strategy.name} selected {sel.selected.label}, which was never measured")
+    result = SearchResult(
+        strategy=strategy.name,
+        baseline=sel.baseline,
+        dense=measured[sel.baseline],
+        selected=sel.selected,
+        selected_measurement=measured[sel.selected],
+        alternatives=tuple((c, measured[c]) for c in sel.alternatives),
+        history=tuple(measured.items()),
+        feasible=sel.feasible,
+        notes=sel.notes + tuple(notes),
+        n_measured=n_new,
+        n_cache_hits=n_hits,
+        target_forwards=forwards,
+        wall_time_s=wall,
+        info=sel.info,
+    )
+    logger.info(
+        "%s: selected %s (A=%.3f, M=%s, cost=%.4g) after %d new measurements, %d cache hits",
+        strategy.name, result.selected.label, result.selected_measurement.accept_length,
+        result.selected_measurement.metric, result.selected_measurement.cost, n_new, n_hits,
+    )
+    return result
+
+
+def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
+    """Turn `fn(candidate) -> Measurement | (accept, metric, cost)` into an `evaluate_batch`.
+
+    A tuple becomes a Measurement with `flops_fraction = cost` (synthetic objectives treat the cost as
+    the compute share) and zero timing counters. Lets every strategy run without a model.
+    """
+
+    def evaluate_batch(candidates: list[Candidate]) -> list[Measurement]:
+        out = []
+        for c in candidates:
+            r = fn(c)
+            if not isinstance(r, Measurement):
+                accept, metric, cost = r
+                r = Measurement(
+                    accept_length=float(accept),
+                    metric=None if metric is None else float(metric),
+                    cost=float(cost),
+                    flops_fraction=float(cost),
+                    tokens_per_s=0.0,
+                    new_tokens=0,
+                    target_forwards=0,
+                    wall_time_s=0.0,
+                )
+            out.append(r)
+        return out
+
+    return evaluate_batch

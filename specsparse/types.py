@@ -1,0 +1,110 @@
+"""Frozen dataclasses that cross module boundaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How one request is decoded.
+
+    `num_draft_tokens` is k, the longest chain a drafter may propose per step.
+    `temperature == 0` is greedy (lossless) verification; > 0 uses speculative rejection sampling.
+    """
+
+    max_new_tokens: int = 64
+    num_draft_tokens: int = 5
+    temperature: float = 0.0
+    seed: int = 0
+    stop_on_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.num_draft_tokens < 0:
+            raise ValueError(f"num_draft_tokens must be >= 0, got {self.num_draft_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """Statistics of one request. Accept length follows Spec-Bench: tokens committed per target
+    forward, bonus token included (plain decoding gives 1.00)."""
+
+    new_token_ids: tuple[int, ...]
+    accept_lengths: tuple[int, ...]
+    draft_time_s: float
+    verify_time_s: float
+    wall_time_s: float
+    prefill_time_s: float = 0.0
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.new_token_ids)
+
+    @property
+    def target_forwards(self) -> int:
+        """Target verification forwards (the prefill is not counted)."""
+        return len(self.accept_lengths)
+
+    @property
+    def mean_accept_length(self) -> float:
+        return sum(self.accept_lengths) / max(len(self.accept_lengths), 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """One prompt's outcome inside a Measurement."""
+
+    example_id: str
+    output_text: str
+    accept_lengths: tuple[int, ...]
+    new_tokens: int
+    wall_time_s: float
+    verify_time_s: float
+    metric: float | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything one configuration (skip set, vocab size) scored on one prompt set.
+
+    accept_length: mean over all verification steps of all prompts.
+    metric: the domain's task metric in [0, 1], or None when the domain has no references.
+    cost: measured target verification time per generated token (seconds/token).
+    flops_fraction: analytic share of the dense target's layer FLOPs still active.
+    """
+
+    accept_length: float
+    metric: float | None
+    cost: float
+    flops_fraction: float
+    tokens_per_s: float
+    new_tokens: int
+    target_forwards: int
+    wall_time_s: float
+    draft_time_s: float = 0.0
+    early_stopped: bool = False  # measurement aborted once it was certain to be infeasible
+    per_prompt: tuple[PromptResult, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration a search proposes: layers the target skips and the drafter's vocabulary size."""
+
+    skip_layers: tuple[int, ...] = ()
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "skip_layers", tuple(sorted(set(int(i) for i in self.skip_layers))))
+
+    @property
+    def label(self) -> str:
+        skip = "dense" if not self.skip_layers else "skip[" + ",".join(map(str, self.skip_layers)) + "]"
+        return skip if self.vocab_size is None else f"{skip}|vocab={self.vocab_size}"

@@ -1,0 +1,195 @@
+"""The speculative engine is lossless (greedy) and unbiased (sampling), for every drafter."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsparse.drafters.lm import DraftModelDrafter, SelfSkipDrafter
+from specsparse.drafters.pld import PromptLookupDrafter
+from specsparse.drafters.recycling import TokenRecyclingDrafter
+from specsparse.drafters.samd import SuffixAutomatonDrafter
+from specsparse.engine import speculative_generate
+from specsparse.models import tiny_model
+from specsparse.skipping import skipper_for
+from specsparse.types import GenerationConfig
+
+NUM_LAYERS = 4
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {seed: tiny_model(num_layers=NUM_LAYERS, hidden_size=48, seed=seed).model for seed in (0, 1)}
+
+
+def reference_greedy(model, prompt, skip, max_new_tokens):
+    """Greedy decoding with no KV cache at all: re-run the whole sequence for every token.
+
+    Returns the tokens and, per step, the gap between the two best logits (to recognise near-ties).
+    """
+    tokens, gaps = list(prompt), []
+    skipper = skipper_for(model)
+    with torch.inference_mode(), skipper.skipping(tuple(sorted(skip))):
+        for _ in range(max_new_tokens):
+            logits = model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0, -1].float()
+            top2 = logits.topk(2).values
+            gaps.append(float(top2[0] - top2[1]))
+            tokens.append(int(logits.argmax()))
+    return tokens[len(prompt) :], gaps
+
+
+def assert_same_up_to_near_tie(output, reference, gaps):
+    """Token-for-token equal; a divergence is only tolerated at a genuine float near-tie."""
+    for i, (ours, ref) in enumerate(zip(output, reference)):
+        if ours != ref:
+            assert gaps[i] < 1e-4, f"diverged at token {i} ({ours} != {ref}) with top-2 logit gap {gaps[i]:.2e}"
+            return
+    assert len(output) == len(reference)
+
+
+def make_drafter(name, models, num_layers, draft_skip):
+    target = models[0]
+    vocab = target.config.vocab_size
+    return {
+        "pld": lambda: PromptLookupDrafter(),
+        "samd": lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)),
+        "recycling": lambda: TokenRecyclingDrafter(vocab),
+        "self_skip": lambda: SelfSkipDrafter(target, skip_layers=draft_skip),
+        "draft_model": lambda: DraftModelDrafter(models[1], target_vocab_size=vocab),
+        "draft_model_trimmed": lambda: DraftModelDrafter(models[1], vocab_ids=range(0, vocab, 3)),
+    }[name]()
+
+
+DRAFTERS = ["pld", "samd", "recycling", "self_skip", "draft_model", "draft_model_trimmed"]
+skip_sets = st.sets(st.integers(0, NUM_LAYERS - 1), max_size=NUM_LAYERS - 1).map(lambda s: tuple(sorted(s)))
+# Prompts with repeats so that lookup drafters actually propose.
+prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p * 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    drafter=st.sampled_from(DRAFTERS),
+    skip=skip_sets,
+    draft_skip=skip_sets,
+    k=st.integers(1, 6),
+    prompt=prompts,
+    max_new=st.integers(1, 24),
+)
+def test_greedy_speculative_output_equals_target_greedy(models, drafter, skip, draft_skip, k, prompt, max_new):
+    target = models[0]
+    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k, stop_on_eos=False)
+    result = speculative_generate(
+        target, prompt, make_drafter(drafter, models, NUM_LAYERS, draft_skip), config, skip_layers=skip
+    )
+    reference, gaps = reference_greedy(target, prompt, skip, max_new)
+    assert_same_up_to_near_tie(list(result.new_token_ids), reference, gaps)
+    assert sum(result.accept_lengths) == result.new_tokens == max_new
+    assert all(1 <= a <= k + 1 for a in result.accept_lengths)
+
+
+def test_plain_decoding_has_accept_length_one(models):
+    result = speculative_generate(models[0], [1, 2, 3], None, GenerationConfig(max_new_tokens=10, stop_on_eos=False))
+    assert result.accept_lengths == (1,) * 10
+    assert result.mean_accept_length == 1.0 and result.target_forwards == 10
+
+
+@pytest.mark.parametrize("skip", [(), (0,), (1, 3), (NUM_LAYERS - 1,)])
+def test_self_skip_with_the_targets_skip_set_accepts_everything(models, skip):
+    """The drafter is then the verifying model itself: every draft must be accepted. This fails if the
+    drafter's cache misses accepted tokens in layers it runs (acceptance drops; output stays right)."""
+    k = 4
+    config = GenerationConfig(max_new_tokens=40, num_draft_tokens=k, stop_on_eos=False)
+    result = speculative_generate(models[0], [3, 1, 4, 1, 5], SelfSkipDrafter(models[0], skip_layers=skip), config, skip_layers=skip)
+    full_steps = sum(a == k + 1 for a in result.accept_lengths[:-1])
+    assert full_steps >= 0.9 * (len(result.accept_lengths) - 1)
+    assert result.mean_accept_length > 0.9 * (k + 1) * (len(result.accept_lengths) - 1) / len(result.accept_lengths)
+
+
+def test_self_skip_acceptance_matches_an_independent_replay(models):
+    """Target skips layer 2, which the drafter runs. At every step the accept length must equal what the
+    drafter's own no-cache greedy chain from that context matches of the output. A drafter whose cache
+    missed the accepted tokens in some layer would accept less while the output stayed right."""
+    k, prompt, max_new = 3, [7, 8, 9, 7, 8], 30
+    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k, stop_on_eos=False)
+    result = speculative_generate(models[0], prompt, SelfSkipDrafter(models[0], skip_layers=(1,)), config, skip_layers=(1, 2))
+    output = list(result.new_token_ids)
+    reference, gaps = reference_greedy(models[0], prompt, (1, 2), max_new)
+    assert output == reference and min(gaps) > 1e-4
+    position, expected = 0, []
+    while position < max_new:
+        budget = min(k, max_new - position - 1)
+        chain, _ = reference_greedy(models[0], prompt + output[:position], (1,), budget)
+        matched = 0
+        while matched < budget and chain[matched] == output[position + matched]:
+            matched += 1
+        expected.append(matched + 1)
+        position += matched + 1
+    assert list(result.accept_lengths) == expected
+    assert result.mean_accept_length > 1.0  # the replay is not trivially all ones
+
+
+def test_trimmed_vocabulary_drafts_only_kept_ids(models):
+    vocab_ids = list(range(0, 259, 5))
+    drafter = DraftModelDrafter(models[1], vocab_ids=vocab_ids)
+    drafter.begin([1, 2, 3])
+    proposal = drafter.propose(5)
+    assert len(proposal.tokens) == 5 and set(proposal.tokens) <= set(vocab_ids)
+    assert drafter.vocab_size == len(vocab_ids)
+
+
+def test_eos_stops_generation(models):
+    plain = speculative_generate(models[0], [1, 2], None, GenerationConfig(max_new_tokens=12, stop_on_eos=False))
+    eos = plain.new_token_ids[5]
+    first = plain.new_token_ids.index(eos)
+    result = speculative_generate(models[0], [1, 2], PromptLookupDrafter(), GenerationConfig(max_new_tokens=12), eos_token_ids=[eos])
+    assert result.new_token_ids == plain.new_token_ids[: first + 1]
+
+
+def test_bad_inputs_fail_clearly(models):
+    with pytest.raises(ValueError, match="empty prompt"):
+        speculative_generate(models[0], [], None)
+    with pytest.raises(ValueError, match="out of range"):
+        speculative_generate(models[0], [1], None, skip_layers=(NUM_LAYERS,))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        GenerationConfig(max_new_tokens=0)
+
+
+def exact_two_token_distribution(model, prompt, temperature):
+    """p(t1, t2 | prompt) for every pair, from full forwards: [V, V]."""
+    with torch.inference_mode():
+        first = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1] / temperature, -1)
+        vocab = first.shape[0]
+        batch = torch.tensor([prompt + [t] for t in range(vocab)])
+        second = torch.softmax(model(input_ids=batch).logits[:, -1] / temperature, -1)
+    return first[:, None] * second
+
+
+@pytest.mark.parametrize("drafter_kind", ["draft_model", "pld"])
+def test_sampling_follows_the_target_distribution(drafter_kind):
+    """Chi-square goodness of fit of 2-token samples against the exact target distribution."""
+    vocab, temperature, trials = 6, 1.0, 2500
+    target = tiny_model(num_layers=2, hidden_size=32, vocab_size=vocab, seed=11, initializer_range=0.5).model
+    draft = tiny_model(num_layers=1, hidden_size=32, vocab_size=vocab, seed=12, initializer_range=0.5).model
+    prompt = [1, 2, 1, 2]
+    expected = exact_two_token_distribution(target, prompt, temperature).flatten()
+    counts = torch.zeros(vocab * vocab)
+    for seed in range(trials):
+        drafter = (
+            DraftModelDrafter(draft, temperature=temperature, seed=seed + 10_000)
+            if drafter_kind == "draft_model"
+            else PromptLookupDrafter(max_ngram_size=2)
+        )
+        config = GenerationConfig(max_new_tokens=2, num_draft_tokens=2, temperature=temperature, seed=seed, stop_on_eos=False)
+        out = speculative_generate(target, prompt, drafter, config).new_token_ids
+        counts[out[0] * vocab + out[1]] += 1
+    mask = expected * trials >= 5  # pool rare cells (chi-square validity)
+    observed = torch.cat([counts[mask], counts[~mask].sum().reshape(1)])
+    exp = torch.cat([expected[mask] * trials, (expected[~mask].sum() * trials).reshape(1)])
+    chi2 = float(((observed - exp) ** 2 / exp.clamp_min(1e-9)).sum())
+    dof = len(observed) - 1
+    # Wilson-Hilferty: chi2 quantile at p = 0.9995
+    z = 3.29
+    critical = dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < critical, f"chi2={chi2:.1f} over dof={dof} (critical {critical:.1f}): samples do not follow the target"

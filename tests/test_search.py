@@ -1,0 +1,634 @@
+"""Search strategies, driver, feasibility / Pareto helpers and vocabulary helpers on synthetic
+objectives with known answers (no model)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import math
+import pkgutil
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specsparse.search as search_pkg
+from specsparse.search import (
+    AcceptOnlySearch,
+    BFSSearch,
+    GreedySearch,
+    MetricOnlySearch,
+    RandomSearch,
+    SearchStrategy,
+    Selection,
+    TPEVocabSearch,
+    evaluate_callable,
+    is_feasible,
+    pareto_front,
+    run_search,
+)
+from specsparse.search.base import NOTE_DENSE_SELECTED, NOTE_METRIC_UNDEFINED
+from specsparse.search.driver import candidate_meta
+from specsparse.search.pareto import feasibility_thresholds, selection_key
+from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
+from specsparse.store import ResultsStore, content_hash
+from specsparse.types import Candidate, Measurement
+
+FAST = settings(max_examples=25, deadline=None)
+
+
+# -- synthetic objectives ----------------------------------------------------------------------------
+def additive(num_layers, accept_drop, metric_drop, saving, a0=3.0, m0=0.8, default=(0.2, 0.05, 0.1)):
+    """A(S) = a0 - sum drops, M(S) = m0 - sum drops, cost(S) = 1 - sum savings (separable)."""
+
+    def fn(c: Candidate):
+        da = sum(accept_drop.get(i, default[0]) for i in c.skip_layers)
+        dm = sum(metric_drop.get(i, default[1]) for i in c.skip_layers)
+        ds = sum(saving.get(i, default[2]) for i in c.skip_layers)
+        return a0 - da, (None if m0 is None else m0 - dm), 1.0 - ds
+
+    fn.num_layers = num_layers
+    return fn
+
+
+# Greedy trap: layer 0 alone is the best single step (score 0.1033 vs 0.0883 for 3 or 7), but after it
+# nothing fits the 0.15 accept-drop allowance; {3, 7} (drop 0.14, cost 0.80) is the optimum.
+# Other layers drop A by 0.2 (infeasible alone) and M by 0 (so the permissive pool keeps them).
+TRAP = additive(10, {0: 0.10, 3: 0.07, 7: 0.07}, {}, {0: 0.12, 3: 0.10, 7: 0.10}, default=(0.2, 0.0, 0.1))
+TRAP_OPTIMUM = Candidate((3, 7))
+
+# One constraint binds for each ablation: layer 1 hurts A only, layer 2 hurts M only, layer 4 is mild.
+TWO = additive(
+    8,
+    {1: 0.3, 2: 0.0, 4: 0.05},
+    {1: 0.0, 2: 0.2, 4: 0.01},
+    {1: 0.3, 2: 0.25, 4: 0.1},
+    default=(0.5, 0.5, 0.1),
+)
+
+
+class Counted:
+    """Wraps an objective and records every call (order and multiplicity)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls: list[Candidate] = []
+
+    def __call__(self, c: Candidate):
+        self.calls.append(c)
+        return self.fn(c)
+
+
+def tpe_factory(seed=0):
+    return TPEVocabSearch(
+        1000,
+        coverage=lambda k: 1 - math.exp(-k / 100),
+        latency_reduction=lambda k: 1 - k / 1000,
+        n_trials=12,
+        seed=seed,
+    )
+
+
+LAYER_STRATEGIES = {
+    "bfs": lambda L, seed=0: BFSSearch(L, max_depth=3),
+    "greedy": lambda L, seed=0: GreedySearch(L, max_depth=3),
+    "random": lambda L, seed=0: RandomSearch(L, max_depth=3, budget=40, seed=seed),
+    "accept_only": lambda L, seed=0: AcceptOnlySearch(L, max_depth=3),
+    "metric_only": lambda L, seed=0: MetricOnlySearch(L, max_depth=3),
+}
+ALL_STRATEGIES = {**LAYER_STRATEGIES, "tpe_vocab": lambda L, seed=0: tpe_factory(seed)}
+
+
+def run(strategy, fn, **kw):
+    return run_search(strategy, evaluate_callable(fn), progress=False, **kw)
+
+
+def rule_of(strategy):
+    return ("accept" in strategy.objectives, "metric" in strategy.objectives)
+
+
+# -- naming ------------------------------------------------------------------------------------------
+def test_strategy_names_match_modules():
+    found = {}
+    for info in pkgutil.iter_modules(search_pkg.__path__):
+        module = importlib.import_module(f"specsparse.search.{info.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, SearchStrategy) and cls.__module__ == module.__name__ and not inspect.isabstract(cls):
+                found[info.name] = cls
+                assert cls.name == info.name
+                assert cls.__name__.lower() == info.name.replace("_", "") + "search"
+    assert set(found) == set(ALL_STRATEGIES)
+
+
+# -- contract suite over every strategy --------------------------------------------------------------
+@pytest.mark.parametrize("name", ALL_STRATEGIES)
+def test_contract_no_duplicate_measurements(name):
+    fn = Counted(TRAP)
+    result = run(ALL_STRATEGIES[name](10), fn)
+    assert max(Counter(fn.calls).values()) == 1
+    assert len(fn.calls) == result.n_measured == len(result.history)
+    assert [c for c, _ in result.history] == fn.calls
+    assert result.dense == result.history[0][1]
+
+
+@pytest.mark.parametrize("name", ALL_STRATEGIES)
+@FAST
+@given(budget=st.integers(1, 30))
+def test_contract_budget_respected(name, budget):
+    fn = Counted(TRAP)
+    result = run(ALL_STRATEGIES[name](10), fn, budget=budget)
+    assert len(fn.calls) == result.n_measured <= budget
+    assert result.selected in {c for c, _ in result.history}
+    if any("budget" in n for n in result.notes):
+        assert result.n_measured == budget
+
+
+@pytest.mark.parametrize("name", ALL_STRATEGIES)
+def test_contract_budget_zero_cannot_measure_baseline(name):
+    with pytest.raises(RuntimeError, match="never measured"):
+        run(ALL_STRATEGIES[name](10), TRAP, budget=0)
+
+
+@pytest.mark.parametrize("name", ALL_STRATEGIES)
+def test_contract_same_seed_same_sequence(name):
+    first, second = Counted(TRAP), Counted(TRAP)
+    r1 = run(ALL_STRATEGIES[name](10, seed=3), first)
+    r2 = run(ALL_STRATEGIES[name](10, seed=3), second)
+    assert first.calls == second.calls
+    assert (r1.selected, r1.alternatives, r1.history) == (r2.selected, r2.alternatives, r2.history)
+
+
+@pytest.mark.parametrize("name", ALL_STRATEGIES)
+def test_contract_store_serves_second_run(name, tmp_path):
+    def key_fn(c):
+        return content_hash({"objective": "trap", "strategy": name, "candidate": candidate_meta(c)})
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        first = Counted(TRAP)
+        r1 = run(ALL_STRATEGIES[name](10), first, store=store, key_fn=key_fn)
+        second = Counted(TRAP)
+        r2 = run(ALL_STRATEGIES[name](10), second, store=store, key_fn=key_fn)
+        assert len(store) == r1.n_measured
+    assert second.calls == []
+    assert (r2.n_measured, r2.n_cache_hits) == (0, r1.n_measured)
+    assert (r1.selected, r1.selected_measurement, r1.alternatives, r1.history) == (
+        r2.selected, r2.selected_measurement, r2.alternatives, r2.history,
+    )
+
+
+@pytest.mark.parametrize("name", LAYER_STRATEGIES)
+def test_contract_selected_is_cheapest_feasible(name):
+    strategy = LAYER_STRATEGIES[name](10)
+    result = run(strategy, TRAP)
+    use_a, use_m = rule_of(strategy)
+    feasible = [(c, m) for c, m in result.history if is_feasible(m, result.dense, use_accept=use_a, use_metric=use_m)]
+    assert set(result.feasible) == {c for c, _ in feasible}
+    assert result.selected in result.feasible
+    assert result.selected_measurement.cost == min(m.cost for _, m in feasible)
+    for c, m in result.alternatives:
+        assert c in result.feasible and c != result.selected and c.skip_layers
+
+
+@pytest.mark.parametrize("name", LAYER_STRATEGIES)
+def test_contract_early_stopped_never_selected(name):
+    def fn(c):
+        a, m, cost = TRAP(c)
+        if 3 in c.skip_layers:  # looks perfect but the runner aborted it
+            return Measurement(3.0, 0.8, 0.01, 0.01, 0.0, 0, 0, 0.0, early_stopped=True)
+        return a, m, cost
+
+    result = run(LAYER_STRATEGIES[name](10), fn)
+    stopped = {c for c, m in result.history if m.early_stopped}
+    assert stopped, "the objective should have produced early-stopped measurements"
+    assert result.selected not in stopped
+    assert not stopped & set(result.feasible)
+    assert not stopped & {c for c, _ in result.alternatives}
+
+
+@pytest.mark.parametrize("name", LAYER_STRATEGIES)
+def test_contract_metric_none_uses_acceptance_only(name):
+    fn = additive(10, {0: 0.10, 3: 0.07, 7: 0.07}, {}, {0: 0.12, 3: 0.10, 7: 0.10}, m0=None)
+    result = run(LAYER_STRATEGIES[name](10), fn)
+    assert NOTE_METRIC_UNDEFINED in result.notes or name == "accept_only"
+    assert NOTE_METRIC_UNDEFINED not in result.notes or name != "accept_only"
+    assert result.selected_measurement.accept_length >= 0.95 * 3.0 - 1e-9
+    assert result.selected.skip_layers  # acceptance alone still allows skipping
+
+
+# -- known answers -----------------------------------------------------------------------------------
+def test_bfs_finds_joint_optimum_that_greedy_misses():
+    bfs = run(BFSSearch(10, max_depth=4), TRAP)
+    greedy_strategy = GreedySearch(10, max_depth=4)
+    greedy = run(greedy_strategy, TRAP)
+    assert bfs.selected == TRAP_OPTIMUM
+    assert bfs.selected_measurement.cost == pytest.approx(0.80)
+    assert greedy_strategy.path[0] == (0,)  # myopic first step
+    assert TRAP_OPTIMUM not in {c for c, _ in greedy.history}
+    assert greedy.selected == Candidate((0,))
+    assert greedy.selected_measurement.cost > bfs.selected_measurement.cost
+    # the single skips that are feasible but pricier stay as Pareto alternatives
+    assert {c.skip_layers for c, _ in bfs.alternatives} == {(0,), (3,), (7,)}
+
+
+def test_random_with_whole_space_finds_optimum():
+    result = run(RandomSearch(10, max_depth=2, budget=1000, seed=1), TRAP)
+    assert result.n_measured == 1 + 10 + 45
+    assert result.selected == TRAP_OPTIMUM
+
+
+def test_ablations_differ_when_one_constraint_binds():
+    assert run(BFSSearch(8), TWO).selected == Candidate((4,))
+    assert run(AcceptOnlySearch(8), TWO).selected == Candidate((2, 4))
+    assert run(MetricOnlySearch(8), TWO).selected == Candidate((1, 4))
+
+
+def test_nothing_feasible_selects_dense():
+    fn = additive(6, {}, {}, {}, default=(1.0, 0.5, 0.1))
+    for strategy in (BFSSearch(6), GreedySearch(6), RandomSearch(6, budget=10)):
+        result = run(strategy, fn)
+        assert result.selected == Candidate()
+        assert NOTE_DENSE_SELECTED in result.notes
+        assert result.alternatives == ()
+
+
+@FAST
+@given(
+    drops=st.lists(st.tuples(st.floats(0, 0.3), st.floats(0, 0.06), st.floats(0.01, 0.2)), min_size=6, max_size=6),
+    max_pool=st.none(),
+)
+def test_bfs_is_exact_on_monotone_separable_objectives(drops, max_pool):
+    """With drops >= 0 and savings > 0, BFS's early stop and permissive pool lose nothing: it matches
+    brute force over every skip set."""
+    n = len(drops)
+    fn = additive(n, {i: d[0] for i, d in enumerate(drops)}, {i: d[1] for i, d in enumerate(drops)},
+                  {i: d[2] for i, d in enumerate(drops)})
+    result = run(BFSSearch(n, max_depth=n, max_pool=max_pool), fn)
+    evaluate = evaluate_callable(fn)
+    subsets = [Candidate(s) for k in range(n + 1) for s in itertools.combinations(range(n), k)]
+    measured = list(zip(subsets, evaluate(subsets)))
+    dense = measured[0][1]
+    best = min((p for p in measured if is_feasible(p[1], dense)), key=selection_key)
+    assert result.selected_measurement.cost == pytest.approx(best[1].cost)
+    assert is_feasible(result.selected_measurement, dense)
+
+
+def test_bfs_pool_cap_ranks_by_retained_quality():
+    # single drops grow with the index; the cap keeps the three mildest layers
+    fn = additive(8, {i: 0.01 * i for i in range(8)}, {i: 0.0 for i in range(8)}, {})
+    strategy = BFSSearch(8, max_depth=2, max_pool=3)
+    result = run(strategy, fn)
+    assert strategy.pool == (0, 1, 2)
+    assert {c.skip_layers for c, _ in result.history if len(c.skip_layers) == 2} == {(0, 1), (0, 2), (1, 2)}
+
+
+def test_protected_layers_never_skipped():
+    for strategy in (BFSSearch(10, protect_layers=(0, 9)), GreedySearch(10, protect_layers=(0, 9)),
+                     RandomSearch(10, budget=30, protect_layers=(0, 9))):
+        result = run(strategy, TRAP)
+        assert all(not {0, 9} & set(c.skip_layers) for c, _ in result.history)
+
+
+def test_greedy_path_is_nested_and_feasible():
+    strategy = GreedySearch(8, max_depth=8)
+    result = run(strategy, additive(8, {}, {}, {}, default=(0.04, 0.0, 0.1)))
+    assert [len(p) for p in strategy.path] == [1, 2, 3]  # 3 * 0.04 = 0.12 <= 0.15 < 0.16
+    assert all(set(a) < set(b) for a, b in zip(strategy.path, strategy.path[1:]))
+    assert result.selected.skip_layers == strategy.path[-1]
+
+
+@FAST
+@given(seed=st.integers(0, 2**31), budget=st.integers(0, 200), depth=st.integers(1, 3))
+def test_random_distinct_within_depth_and_capped(seed, budget, depth):
+    strategy = RandomSearch(7, max_depth=depth, budget=budget, seed=seed, batch_size=5)
+    fn = Counted(TRAP)
+    run(strategy, fn)
+    sets = [c.skip_layers for c in fn.calls[1:]]
+    space = sum(math.comb(7, k) for k in range(1, depth + 1))
+    assert len(sets) == len(set(sets)) == min(budget, space)
+    assert all(1 <= len(s) <= depth for s in sets)
+
+
+def test_random_seed_changes_sequence():
+    a, b = Counted(TRAP), Counted(TRAP)
+    run(RandomSearch(10, budget=10, seed=0), a)
+    run(RandomSearch(10, budget=10, seed=1), b)
+    assert a.calls != b.calls
+
+
+# -- early rejection hook ----------------------------------------------------------------------------
+def test_bfs_thresholds_only_from_level_two():
+    strategy = BFSSearch(10, early_reject=True)
+    seen = []
+
+    def evaluate_batch(batch):
+        seen.append(strategy.feasibility_thresholds())
+        out = []
+        for c in batch:
+            a, m, cost = TRAP(c)
+            th = seen[-1]
+            stop = th is not None and a < th[0]  # a runner aborts once A cannot reach the threshold
+            out.append(Measurement(a, m, cost, cost, 0.0, 0, 0, 0.0, early_stopped=stop))
+        return out
+
+    result = run_search(strategy, evaluate_batch, progress=False)
+    assert seen[0] is None and seen[1] is None
+    assert seen[2] == pytest.approx((0.95 * 3.0, 0.95 * 0.8))
+    assert result.selected == TRAP_OPTIMUM
+    assert BFSSearch(10).feasibility_thresholds() is None
+
+
+def test_thresholds_without_metric():
+    strategy = GreedySearch(4, early_reject=True)
+    strategy.tell(Candidate(), Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0))
+    min_a, min_m = strategy.feasibility_thresholds()
+    assert min_a == pytest.approx(1.9) and min_m is None
+
+
+# -- driver ------------------------------------------------------------------------------------------
+class Scripted(SearchStrategy):
+    """Proposes fixed batches; records what it was told."""
+
+    name = "scripted"
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+        self.told: list[Candidate] = []
+
+    def ask(self):
+        return self.batches.pop(0) if self.batches else []
+
+    def tell(self, candidate, measurement):
+        self.told.append(candidate)
+
+    def select(self):
+        return Selection(baseline=Candidate(), selected=Candidate())
+
+
+def test_driver_dedups_within_and_across_batches():
+    a, b = Candidate((1,)), Candidate((2,))
+    strategy = Scripted([[Candidate(), a, a], [a, b], [b]])
+    fn = Counted(TRAP)
+    result = run(strategy, fn)
+    assert fn.calls == [Candidate(), a, b]
+    assert strategy.told == [Candidate(), a, a, b, b]  # repeats are told the recorded measurement
+    assert result.n_measured == 3
+
+
+def test_driver_checks_arguments_and_batch_length(tmp_path):
+    with pytest.raises(ValueError, match="key_fn"):
+        run_search(Scripted([[Candidate()]]), evaluate_callable(TRAP), store=ResultsStore(tmp_path / "s"))
+    with pytest.raises(ValueError, match="budget"):
+        run(Scripted([[Candidate()]]), TRAP, budget=-1)
+    with pytest.raises(RuntimeError, match="returned 0"):
+        run_search(Scripted([[Candidate()]]), lambda batch: [], progress=False)
+
+
+def test_driver_stores_meta_and_reports_measurements(tmp_path):
+    events = []
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        def key_fn(c):
+            return content_hash({"d": "qa", **candidate_meta(c)})
+
+        kw = dict(store=store, key_fn=key_fn, meta_fn=lambda c: {"domain": "qa"},
+                  on_measurement=lambda c, m, cached: events.append((c, cached)))
+        run(Scripted([[Candidate(), Candidate((1,))]]), TRAP, **kw)
+        run(Scripted([[Candidate(), Candidate((2,))]]), TRAP, **kw)
+        rows = store.rows(domain="qa")
+    assert events == [(Candidate(), False), (Candidate((1,)), False), (Candidate(), True), (Candidate((2,)), False)]
+    assert [r["candidate.skip_layers"] for r in rows] == [(), (1,), (2,)]
+
+
+def test_driver_budget_counts_only_new_measurements(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        def key_fn(c):
+            return content_hash(candidate_meta(c))
+
+        r1 = run(BFSSearch(10), TRAP, store=store, key_fn=key_fn, budget=5)
+        assert r1.n_measured == 5 and any("budget" in n for n in r1.notes)
+        fn = Counted(TRAP)
+        r2 = run(BFSSearch(10), fn, store=store, key_fn=key_fn, budget=5)
+    assert r2.n_cache_hits == 5 and len(fn.calls) == r2.n_measured == 5  # resumes past the first run
+
+
+def test_early_stopped_measurement_stored_with_thresholds(tmp_path):
+    strategy = Scripted([[Candidate()], [Candidate((1,))]])
+    strategy.feasibility_thresholds = lambda: (2.5, None)
+
+    def fn(c):
+        return Measurement(1.0, None, 0.5, 0.5, 0.0, 0, 0, 0.0, early_stopped=bool(c.skip_layers))
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        run(strategy, fn, store=store, key_fn=lambda c: c.label)
+        assert store.get("skip[1]").early_stopped
+        assert store.get_meta("skip[1]")["early_stop_thresholds"] == [2.5, None]
+        assert "early_stop_thresholds" not in store.get_meta("dense")
+
+
+# -- feasibility and Pareto front on hand-written points ---------------------------------------------
+def M(a, m, cost, stopped=False):
+    return Measurement(a, m, cost, cost, 0.0, 0, 0, 0.0, early_stopped=stopped)
+
+
+DENSE = M(2.0, 0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("m", "kw", "expected"),
+    [
+        (M(1.9, 0.475, 0.5), {}, True),  # both exactly on the boundary
+        (M(1.89, 0.5, 0.5), {}, False),
+        (M(2.0, 0.47, 0.5), {}, False),
+        (M(2.0, 0.47, 0.5), {"use_metric": False}, True),
+        (M(1.5, 0.5, 0.5), {"use_accept": False}, True),
+        (M(1.5, 0.5, 0.5), {"eps_accept": 0.25}, True),
+        (M(2.0, None, 0.5), {}, False),  # metric missing while dense has one
+        (M(2.5, 0.9, 0.5, stopped=True), {}, False),
+    ],
+)
+def test_is_feasible(m, kw, expected):
+    assert is_feasible(m, DENSE, **kw) is expected
+
+
+def test_is_feasible_without_metric_uses_acceptance():
+    dense = M(2.0, None, 1.0)
+    assert is_feasible(M(1.95, None, 0.5), dense, use_accept=False)
+    assert not is_feasible(M(1.8, None, 0.5), dense, use_accept=False)
+    assert feasibility_thresholds(dense, use_accept=False) == pytest.approx((1.9, None))
+
+
+def test_pareto_front_hand_written():
+    pts = [
+        (Candidate(), M(2.0, 0.50, 1.0)),
+        (Candidate((1,)), M(1.9, 0.48, 0.9)),
+        (Candidate((2,)), M(1.8, 0.47, 0.9)),  # worse in A and M at the same cost as (1,): dropped
+        (Candidate((3,)), M(1.95, 0.46, 0.9)),  # better A, worse M than (1,): kept
+        (Candidate((1, 2)), M(1.85, 0.45, 0.8)),  # worse A and M but cheaper: kept
+        (Candidate((1, 3)), M(2.5, 0.9, 0.1, stopped=True)),  # early-stopped: dropped
+        (Candidate((1,)), M(0.0, 0.0, 5.0)),  # duplicate candidate: first measurement wins
+    ]
+    front = pareto_front(pts)
+    assert [c.skip_layers for c, _ in front] == [(1, 2), (1,), (3,), ()]
+    am_only = pareto_front(pts, objectives=("accept", "metric"))
+    assert {c.skip_layers for c, _ in am_only} == {()}
+    with pytest.raises(ValueError):
+        pareto_front(pts, objectives=("speed",))
+
+
+def test_pareto_ties_prefer_more_layers_then_lexicographic():
+    pts = [(Candidate((4,)), M(2, 0.5, 0.5)), (Candidate((1, 2)), M(2, 0.5, 0.5)), (Candidate((0, 5)), M(2, 0.5, 0.5))]
+    assert [c.skip_layers for c, _ in pareto_front(pts)] == [(0, 5), (1, 2), (4,)]
+
+
+points_st = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, 5), max_size=3).map(Candidate),
+        st.builds(M, st.floats(1, 3), st.one_of(st.none(), st.floats(0, 1)), st.floats(0.1, 1), st.booleans()),
+    ),
+    max_size=12,
+)
+
+
+@FAST
+@given(points_st)
+def test_pareto_front_properties(points):
+    front = pareto_front(points)
+    unique = {}
+    for c, m in points:
+        if not m.early_stopped:
+            unique.setdefault(c, m)
+    assert len({c for c, _ in front}) == len(front)
+    assert all(unique[c] == m for c, m in front)
+    use_m = any(m.metric is not None for m in unique.values())
+
+    def vec(m):
+        return (m.accept_length, (m.metric if m.metric is not None else -math.inf) if use_m else 0, -m.cost)
+
+    def dom(p, q):
+        return all(x >= y for x, y in zip(p, q)) and p != q
+
+    front_c = {c for c, _ in front}
+    for c, m in unique.items():
+        beaten = any(dom(vec(o), vec(m)) for o in unique.values())
+        assert (c not in front_c) == beaten
+    assert front == sorted(front, key=selection_key)
+
+
+# -- TPE vocabulary search ---------------------------------------------------------------------------
+V, S, HIDDEN, NON_HEAD = 50_000, 2_000.0, 576, 2 * 576 * 20_000.0
+
+
+def synthetic_coverage(k):
+    return 1.0 - math.exp(-k / S)
+
+
+def synthetic_reduction(k):
+    return head_latency_reduction(k, V, HIDDEN, NON_HEAD)
+
+
+def analytic_optimum(alpha, c_min):
+    """argmax alpha*C + (1-alpha)*R: alpha/S e^{-k/S} = (1-alpha)*slope, clipped to C(k) >= c_min."""
+    slope = 2 * HIDDEN / (NON_HEAD + 2 * HIDDEN * V)
+    k_free = S * math.log(alpha / (S * (1 - alpha) * slope))
+    k_min = -S * math.log(1 - c_min)
+    return max(k_free, k_min)
+
+
+def objective(k, alpha=0.5):
+    return alpha * synthetic_coverage(k) + (1 - alpha) * synthetic_reduction(k)
+
+
+@pytest.mark.parametrize(("alpha", "c_min"), [(0.5, 0.9), (0.3, 0.95)])
+def test_tpe_finds_analytic_optimum(alpha, c_min):
+    strategy = TPEVocabSearch(V, synthetic_coverage, synthetic_reduction, alpha=alpha, min_coverage=c_min,
+                              n_trials=60, seed=0)
+    result = run(strategy, lambda c: (2.0 if c.vocab_size is None else 1.9, 0.5, 1.0))
+    k_star = analytic_optimum(alpha, c_min)
+    k = result.info["k"]
+    assert result.selected == Candidate((), k)
+    assert result.info["coverage"] >= c_min
+    assert abs(k - k_star) / k_star < 0.15
+    assert objective(k, alpha) >= objective(k_star, alpha) - 0.005
+    assert result.selected_measurement.accept_length == 1.9 and result.dense.accept_length == 2.0
+
+
+def test_tpe_constraint_binds():
+    c_min = 0.99  # pushes k to about 9210, beyond the unconstrained optimum of about 4400
+    strategy = TPEVocabSearch(V, synthetic_coverage, synthetic_reduction, alpha=0.5, min_coverage=c_min,
+                              n_trials=60, seed=1)
+    choice = strategy.optimise()
+    k_c = -S * math.log(1 - c_min)
+    assert analytic_optimum(0.5, 0.0) < k_c
+    assert choice.chosen.coverage >= c_min and choice.chosen.k >= k_c
+    assert choice.chosen.k < 1.2 * k_c
+
+
+def test_tpe_deduplicates_k_and_falls_back_when_unreachable():
+    calls = Counter()
+
+    def cov(k):
+        calls[k] += 1
+        return k / 100
+
+    strategy = TPEVocabSearch(100, cov, lambda k: 1 - k / 100, n_trials=50, k_min=1, k_max=20, min_coverage=0.5)
+    result = run(strategy, TRAP)
+    ks = [t[0] for t in result.info["trials"]]
+    assert len(ks) == len(set(ks)) == result.info["n_distinct_k"] < 50
+    calls[20] -= 1  # the fallback evaluates k_max once more
+    assert max(calls.values()) <= 1
+    assert result.info["k"] == 20 and not result.info["constraint_met"]
+    assert any("coverage" in n for n in result.notes)
+
+
+def test_tpe_keeps_skip_set_and_selects_baseline_when_chosen_stopped():
+    strategy = TPEVocabSearch(1000, lambda k: 1.0, lambda k: 0.0, n_trials=3, skip_layers=(2, 5))
+
+    def fn(c):
+        return Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0, early_stopped=c.vocab_size is not None)
+
+    result = run(strategy, fn)
+    assert result.baseline == Candidate((2, 5))
+    assert [c.vocab_size is not None for c, _ in result.history] == [False, True]
+    assert result.selected == result.baseline
+    assert any("not measured to the end" in n for n in result.notes)
+
+
+# -- vocabulary helpers ------------------------------------------------------------------------------
+def test_token_frequencies_and_coverage():
+    counts = token_frequencies([[5, 7, 5], [7, 9, 5]])
+    assert counts == {5: 3, 7: 2, 9: 1}
+    curve = coverage_curve(counts)
+    assert [curve(k) for k in range(5)] == pytest.approx([0, 3 / 6, 5 / 6, 1, 1])
+    assert curve.n_seen == 3
+    assert coverage_curve({})(10) == 1.0
+
+
+def test_top_k_ids_ties_and_unseen():
+    counts = {8: 2, 3: 2, 6: 5}
+    assert top_k_ids(counts, 3, 10).tolist() == [6, 3, 8]  # tie 3/8 broken by id
+    assert top_k_ids(counts, 6, 10).tolist() == [6, 3, 8, 0, 1, 2]  # unseen after seen, by id
+    assert top_k_ids(counts, 10, 10).tolist() == [6, 3, 8, 0, 1, 2, 4, 5, 7, 9]
+    with pytest.raises(ValueError):
+        top_k_ids({12: 1}, 1, 10)
+    with pytest.raises(ValueError):
+        top_k_ids(counts, 11, 10)
+
+
+@FAST
+@given(st.lists(st.lists(st.integers(0, 30), max_size=20), max_size=8), st.integers(0, 31))
+def test_coverage_matches_top_k(seqs, k):
+    counts = token_frequencies(seqs)
+    total = sum(counts.values())
+    kept = set(top_k_ids(counts, k, 31).tolist())
+    covered = sum(n for i, n in counts.items() if i in kept)
+    curve = coverage_curve(counts)
+    assert curve(k) == pytest.approx(covered / total if total else 1.0)
+    assert all(curve(j) <= curve(j + 1) for j in range(32))
+
+
+def test_head_latency_reduction():
+    assert head_latency_reduction(V, V, HIDDEN, NON_HEAD) == 0.0
+    full = NON_HEAD + 2 * HIDDEN * V
+    assert head_latency_reduction(0, V, HIDDEN, NON_HEAD) == pytest.approx(2 * HIDDEN * V / full)
+    assert head_latency_reduction(1000, V, HIDDEN, 0.0) == pytest.approx(1 - 1000 / V)

@@ -1,0 +1,92 @@
+"""Skipping layers on the full model equals physically removing them (re-indexed)."""
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsparse.engine import ModelSession
+from specsparse.models import tiny_model
+from specsparse.skipping import SkipSetError, validate_skip_layers
+
+NUM_LAYERS = 5
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(num_layers=NUM_LAYERS, hidden_size=64, seed=3).model
+
+
+def physically_removed(model, skip):
+    """A copy of `model` without the `skip` layers, re-indexed 0..n-1, with its own config."""
+    pruned = copy.deepcopy(model)
+    kept = [layer for i, layer in enumerate(pruned.model.layers) if i not in set(skip)]
+    for new_index, layer in enumerate(kept):
+        layer.self_attn.layer_idx = new_index
+    pruned.model.layers = torch.nn.ModuleList(kept)
+    pruned.config.num_hidden_layers = len(kept)
+    if getattr(pruned.config, "layer_types", None):
+        pruned.config.layer_types = [t for i, t in enumerate(pruned.config.layer_types) if i not in set(skip)]
+    return pruned
+
+
+def run_chunks(model, skip, token_ids, chunks):
+    """Logits [len, vocab] from feeding `token_ids` in the given chunk sizes through a cached session."""
+    session = ModelSession(model, skip)
+    out, start = [], 0
+    with torch.inference_mode():
+        for size in chunks:
+            out.append(session.forward(token_ids[start : start + size]))
+            start += size
+    return torch.cat(out)
+
+
+skip_sets = st.sets(st.integers(0, NUM_LAYERS - 1), max_size=NUM_LAYERS - 1).map(lambda s: tuple(sorted(s)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(skip=skip_sets, data=st.data())
+def test_skip_equals_physical_removal(model, skip, data):
+    tokens = data.draw(st.lists(st.integers(0, 255), min_size=2, max_size=24))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(tokens) - 1), max_size=4)))
+    chunks = [b - a for a, b in zip([0, *cuts], [*cuts, len(tokens)])]
+    pruned = physically_removed(model, skip)
+    with torch.inference_mode():
+        no_cache = pruned(input_ids=torch.tensor([tokens]), use_cache=False).logits[0]
+    ours = run_chunks(model, skip, tokens, chunks)  # prefill + multi-token chunks through the cache
+    reference = run_chunks(pruned, (), tokens, chunks)
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours, no_cache, rtol=1e-4, atol=1e-4)
+
+
+def test_empty_skip_set_is_dense_bit_for_bit(model):
+    tokens = list(range(10, 30))
+    with torch.inference_mode():
+        hf = model(input_ids=torch.tensor([tokens])).logits[0]
+    assert torch.equal(run_chunks(model, (), tokens, [len(tokens)]), hf)
+
+
+def test_skipping_layer_zero_keeps_positions(model):
+    """With layer 0 skipped, the cache length must come from a kept layer (HF reads layer 0)."""
+    session = ModelSession(model, (0,))
+    with torch.inference_mode():
+        session.forward([1, 2, 3, 4])
+        assert session.cache.get_seq_length() == 4
+        assert session.cache.get_mask_sizes(2, 0) == (6, 0)
+
+
+def test_model_is_restored_after_skipping(model):
+    before = list(model.model.layers)
+    run_chunks(model, (0, 2), [5, 6, 7], [3])
+    assert list(model.model.layers) == before
+
+
+@pytest.mark.parametrize(
+    "skip, message",
+    [((5,), "out of range"), ((-1,), "out of range"), ((1, 1), "more than once"), (tuple(range(5)), "all 5 layers")],
+)
+def test_bad_skip_sets_fail_clearly(skip, message):
+    with pytest.raises(SkipSetError, match=message):
+        validate_skip_layers(skip, NUM_LAYERS)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.drafters.lm import DraftModelDrafter, SelfSkipDrafter
+from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter
 from specsparse.drafters.pld import PromptLookupDrafter
 from specsparse.drafters.recycling import TokenRecyclingDrafter
 from specsparse.drafters.samd import SuffixAutomatonDrafter

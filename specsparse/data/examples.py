@@ -134,7 +134,8 @@ def format_choice_question(question: str, options: Sequence[str], answer: str | 
     """One MMLU-style block: the question, 'A. ..' to 'D. ..' and 'Answer:' (+ ' X' for exemplars)."""
     if len(options) != len(CHOICE_LETTERS):
         raise ValueError(f"expected {len(CHOICE_LETTERS)} options, got {len(options)}")
-    lines = [question.strip()] + [f"{letter}. {str(opt).strip()}" for letter, opt in zip(CHOICE_LETTERS, options)]
+    # No stripping: the text is kept exactly as in the source, as the original MMLU script does.
+    lines = [question] + [f"{letter}. {opt}" for letter, opt in zip(CHOICE_LETTERS, options)]
     lines.append("Answer:" if answer is None else f"Answer: {answer}")
     return "\n".join(lines)
 

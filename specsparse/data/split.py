@@ -1,8 +1,9 @@
 """Deterministic calibration / test split and cross-source de-duplication.
 
-An example's side of the split depends only on (seed, example id), through SHA-256: the split is the
-same on every machine and Python version, does not depend on list order, and adding or removing
-examples never moves the others (except for the at-least-one rule on tiny sets, below).
+Examples are ranked by a number fixed by (seed, example id) through SHA-256, and the lowest
+round(fraction * n) go to calibration. The split is the same on every machine and Python version,
+does not depend on list order, has exactly the requested size (small built-in sets would otherwise
+get 1 calibration prompt out of 28 by bad luck), and adding one example moves at most one other.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ def split_examples(
 ) -> tuple[list[Example], list[Example]]:
     """Split into (calibration, test), each in input order.
 
-    An example goes to calibration when `split_unit(id, seed) < calibration_fraction`.
+    The round(calibration_fraction * n) examples with the smallest `split_unit(id, seed)` go to
+    calibration.
     exclude_ids: ids removed from *both* splits (e.g. GSM8K questions that also appear in another
         benchmark, see `overlapping_ids`), so a held-out question can leak neither into the search
         nor into the evaluation whichever of the two uses this set.
-    With >= 2 remaining examples each split gets at least one: if one side is empty, the example
-    closest to the threshold moves over.
+    With >= 2 remaining examples each split gets at least one.
     """
     if not 0.0 < calibration_fraction < 1.0:
         raise ValueError(f"calibration_fraction must be in (0, 1), got {calibration_fraction}")
@@ -42,13 +43,11 @@ def split_examples(
         raise ValueError("example ids must be unique to split deterministically")
     excluded = set(exclude_ids)
     kept = [ex for ex in examples if ex.id not in excluded]
-    units = {ex.id: split_unit(ex.id, seed) for ex in kept}
-    calibration_ids = {i for i, u in units.items() if u < calibration_fraction}
+    ranked = sorted(kept, key=lambda ex: (split_unit(ex.id, seed), ex.id))
+    size = round(calibration_fraction * len(kept))
     if len(kept) >= 2:
-        if not calibration_ids:
-            calibration_ids = {min(units, key=units.__getitem__)}
-        elif len(calibration_ids) == len(kept):
-            calibration_ids.discard(max(units, key=units.__getitem__))
+        size = min(max(size, 1), len(kept) - 1)
+    calibration_ids = {ex.id for ex in ranked[:size]}
     calibration = [ex for ex in kept if ex.id in calibration_ids]
     test = [ex for ex in kept if ex.id not in calibration_ids]
     return calibration, test

@@ -15,8 +15,12 @@ measurement that calls it first is a pure function of its inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from specsparse.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,17 @@ class Drafter:
     """Base class; subclasses override what they need."""
 
     name: str = "drafter"
+
+    @classmethod
+    def from_target(cls, target: LoadedModel, vocab_ids: list[int] | None = None, **options) -> Drafter:
+        """Build the drafter for `target` (what configs instantiate). Drafters without an LM head
+        cannot take a trimmed vocabulary."""
+        if vocab_ids is not None:
+            raise ValueError(
+                f"drafter {cls.name!r} has no LM head, so it cannot use a trimmed vocabulary: "
+                "use drafter=self_skip or drafter=draft_model for vocabulary trimming"
+            )
+        return cls(**options)
 
     def reset(self) -> None:
         """Forget state carried across requests."""

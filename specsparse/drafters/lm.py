@@ -103,23 +103,3 @@ class LMDrafter(Drafter):
 
     def close(self) -> None:
         self.session = None
-
-
-class SelfSkipDrafter(LMDrafter):
-    """Self-speculative drafting (SWIFT / Draft&Verify): the target with its own draft skip set."""
-
-    name = "self_skip"
-
-
-class DraftModelDrafter(LMDrafter):
-    """An independent causal LM sharing the target's tokenizer."""
-
-    name = "draft_model"
-
-    def __init__(self, model: PreTrainedModel, target_vocab_size: int | None = None, **kwargs):
-        super().__init__(model, **kwargs)
-        if target_vocab_size is not None and self.full_vocab_size > target_vocab_size:
-            raise ValueError(
-                f"draft model vocabulary ({self.full_vocab_size}) is larger than the target's ({target_vocab_size}): "
-                "use a draft model with the target's tokenizer"
-            )

@@ -18,6 +18,11 @@ class TokenRecyclingDrafter(Drafter):
 
     name = "recycling"
 
+    @classmethod
+    def from_target(cls, target, vocab_ids=None, **options) -> TokenRecyclingDrafter:
+        super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
+        return cls(vocab_size=target.model.config.vocab_size, **options)
+
     def __init__(self, vocab_size: int, top_k: int = 8) -> None:
         if vocab_size < 1 or top_k < 1:
             raise ValueError(f"vocab_size and top_k must be >= 1, got {vocab_size}, {top_k}")

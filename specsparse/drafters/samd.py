@@ -20,6 +20,17 @@ class SuffixAutomatonDrafter(Drafter):
 
     name = "samd"
 
+    @classmethod
+    def from_target(
+        cls, target, vocab_ids=None, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8
+    ) -> SuffixAutomatonDrafter:
+        """SAMD; with `recycling_fallback` (the default) short matches fall back to Token Recycling."""
+        super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
+        from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
+
+        fallback = TokenRecyclingDrafter(target.model.config.vocab_size, recycling_top_k) if recycling_fallback else None
+        return cls(min_match=min_match, fallback=fallback)
+
     def __init__(self, min_match: int = 2, fallback: Drafter | None = None) -> None:
         if min_match < 1:
             raise ValueError(f"min_match must be >= 1, got {min_match}")

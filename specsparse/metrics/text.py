@@ -63,26 +63,23 @@ def canonical_number(token: str) -> str | None:
     except InvalidOperation:
         return None
     if value == value.to_integral_value():
-        return str(value.quantize(Decimal(1)))
+        return format(value.to_integral_value(), "f")
     return format(value.normalize(), "f")
 
 
 def extract_number(text: str) -> str | None:
     """The final numeric answer in `text`, canonicalised; None when there is no number.
 
-    The number after the last '####' wins when present (GSM8K style), else the last number in the
-    text. Commas and '$' are stripped: 'The answer is $1,200.' -> '1200'.
+    The first number after the last '####' wins when present (GSM8K style; text generated after
+    it is ignored), else the last number in the text. Commas and '$' are stripped:
+    'The answer is $1,200.' -> '1200'.
     """
     if "####" in text:
-        tail = text.rsplit("####", 1)[1]
-        if _NUMBER.search(tail):
-            text = tail
+        match = _NUMBER.search(text.rsplit("####", 1)[1])
+        if match:
+            return canonical_number(match.group(0))
     matches = _NUMBER.findall(text)
-    for token in reversed(matches):
-        number = canonical_number(token)
-        if number is not None:
-            return number
-    return None
+    return canonical_number(matches[-1]) if matches else None
 
 
 def numbers_equal(prediction: str, reference: str) -> bool:

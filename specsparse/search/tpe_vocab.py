@@ -113,8 +113,13 @@ class TPEVocabSearch(SearchStrategy):
             return by_k[k].objective
 
         sampler = optuna.samplers.TPESampler(seed=self.seed)
-        study = optuna.create_study(direction="maximize", sampler=sampler)
-        study.optimize(objective, n_trials=self.n_trials)
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # one summary line below, not one per trial
+        try:
+            study = optuna.create_study(direction="maximize", sampler=sampler)
+            study.optimize(objective, n_trials=self.n_trials)
+        finally:
+            optuna.logging.set_verbosity(verbosity)
         trials = tuple(sorted(by_k.values(), key=lambda t: t.k))
         feasible = [t for t in trials if t.feasible(self.min_coverage)]
         if feasible:

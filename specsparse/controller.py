@@ -1,0 +1,345 @@
+"""The TSS runtime controller: one fully loaded target serves every domain's sparse path.
+
+A request is mapped to a domain (explicit tag, else the router), and that domain's skip set (and
+trimmed draft vocabulary, when known) is applied for the whole request. Skip sets are applied per
+forward on the same weights (see `skipping.py`), so switching domains needs no reload and no copy.
+
+Routing rules, in order:
+1. A `domain` tag naming a domain of the config map wins (routed_by="tag").
+2. A tag naming a domain the router knows but the map has no entry for runs the dense target
+   (routed_by="fallback"); a tag nobody knows raises `UnknownDomainError` (the server answers 400):
+   a typo should not silently cost speed.
+3. Without a tag the router classifies; a prediction below `min_confidence`, or for a domain the
+   map has no entry for, runs the dense target (routed_by="fallback", `reason` says why).
+
+Greedy decoding stays lossless: the reply equals the target's own greedy output under the
+applied skip set, exactly as `generate_text` would produce it.
+
+Trimmed vocabularies: the config map stores only the size k of a domain's draft vocabulary, and the
+top-k token ids cannot be rebuilt from k alone. Pass the ids (`vocab_ids={domain: [ids]}`, or a JSON
+file of that shape to `from_files`); a domain with a size but no ids drafts over the full vocabulary
+(a warning is logged; output is unchanged, only draft cost differs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map
+from specsparse.drafters import (
+    DraftModelDrafter,
+    Drafter,
+    PromptLookupDrafter,
+    SelfSkipDrafter,
+    SuffixAutomatonDrafter,
+    TokenRecyclingDrafter,
+)
+from specsparse.engine import speculative_generate
+from specsparse.generation import encode_messages
+from specsparse.models import LoadedModel, load_model
+from specsparse.router import DomainRouter, RouterError, builtin_prompts, load_router, make_router, prompts_from_jsonl, routing_text
+from specsparse.skipping import SkipSetError, validate_skip_layers
+from specsparse.types import GenerationConfig, GenerationResult
+
+log = logging.getLogger(__name__)
+
+Prompt = str | Sequence[Mapping[str, Any]]
+DrafterFactory = Callable[[LoadedModel, "list[int] | None"], "Drafter | None"]
+
+DRAFTERS: dict[str, type[Drafter]] = {
+    cls.name: cls
+    for cls in (PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter, SelfSkipDrafter, DraftModelDrafter)
+}
+DEFAULT_MIN_CONFIDENCE = 0.6  # TF-IDF router on the built-in test split: 79% routed, 92% of those right
+
+
+class ControllerError(ValueError):
+    """The config map, vocabulary ids or router do not fit the loaded model; one-line message."""
+
+
+class UnknownDomainError(ValueError):
+    """A request tagged a domain that neither the config map nor the router knows."""
+
+
+class PromptTooLongError(ValueError):
+    """Prompt plus requested new tokens exceed the model's context or the configured prompt limit."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes. domain: the config-map domain applied, or None for the dense target."""
+
+    domain: str | None
+    routed_by: str  # "tag", "classifier" or "fallback"
+    confidence: float
+    reason: str | None = None
+    predicted: str | None = None  # the router's or the tag's domain, also when it fell back
+
+
+@dataclass(frozen=True)
+class ControllerResult:
+    """One served request: the reply, how it was routed, and its speed."""
+
+    text: str
+    domain: str | None
+    routed_by: str
+    confidence: float
+    reason: str | None
+    skip_layers: tuple[int, ...]
+    vocab_size: int
+    accept_length: float
+    prompt_tokens: int
+    new_tokens: int
+    finish_reason: str  # "stop" (end of sequence) or "length" (max_new_tokens reached)
+    tokens_per_s: float
+    routing_ms: float
+    total_ms: float
+    generation: GenerationResult = field(compare=False, repr=False)
+
+
+def drafter_factory(name: str, **options: Any) -> DrafterFactory:
+    """A factory building drafter `name` ("pld", "samd", "recycling", "self_skip", "draft_model",
+    or "none" for plain decoding) with `options` for its `from_target`."""
+    if name == "none":
+        return lambda target, vocab_ids: None
+    try:
+        cls = DRAFTERS[name]
+    except KeyError:
+        raise ControllerError(f"unknown drafter {name!r}: use one of {', '.join([*DRAFTERS, 'none'])}") from None
+    return lambda target, vocab_ids: cls.from_target(target, vocab_ids, **options)
+
+
+class Controller:
+    """Serves requests on one loaded target, applying each domain's skip set. Thread-safe: requests
+    run one at a time under a lock (callers queue on it)."""
+
+    def __init__(
+        self,
+        target: LoadedModel,
+        config_map: ConfigMap,
+        drafter_factory: DrafterFactory,
+        router: DomainRouter | None = None,
+        min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+        vocab_ids: Mapping[str, Sequence[int]] | None = None,
+        max_prompt_tokens: int | None = None,
+    ) -> None:
+        self.target = target
+        self.config_map = config_map
+        self.router = router
+        self.min_confidence = float(min_confidence)
+        self.max_context = int(getattr(target.model.config, "max_position_embeddings", 0) or 0) or None
+        self.max_prompt_tokens = max_prompt_tokens
+        self.vocab_ids = _validate(target, config_map, vocab_ids or {})
+        self._lock = threading.Lock()
+        # One drafter per distinct vocabulary (built now, so a drafter that cannot take a trimmed
+        # vocabulary fails at start, not on the first request). Drafters are reused across requests.
+        self._drafters: dict[tuple[int, ...] | None, Drafter | None] = {}
+        for ids in {None, *self.vocab_ids.values()}:
+            try:
+                self._drafters[ids] = drafter_factory(target, None if ids is None else list(ids))
+            except ValueError as err:
+                raise ControllerError(f"drafter cannot be built: {err}") from err
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        return tuple(self.config_map.domains)
+
+    @property
+    def known_domains(self) -> tuple[str, ...]:
+        """Config-map domains plus any other domain the router can predict."""
+        extra = [d for d in (self.router.domains if self.router else ()) if d not in self.config_map.domains]
+        return (*self.domains, *extra)
+
+    @classmethod
+    def from_files(
+        cls,
+        model: str = "smollm2-135m",
+        config_map: str | os.PathLike = "config_map.yaml",
+        drafter: str = "samd",
+        dtype: str = "float32",
+        router_examples: str | os.PathLike | None = "builtin",
+        router_kind: str = "tfidf",
+        min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+        vocab_ids: str | os.PathLike | None = None,
+        max_prompt_tokens: int | None = None,
+        drafter_options: Mapping[str, Any] | None = None,
+    ) -> Controller:
+        """Load the target and the config map, and build the router.
+
+        router_examples: "builtin" (fit on the calibration split of the built-in domains: a few ms
+            for TF-IDF), a saved router (.json, see `DomainRouter.save`), a JSONL file of
+            {"domain", "prompt" | "turns"} prompts to fit on, or None (tags only; untagged -> dense).
+        vocab_ids: JSON file {domain: [token id, ...]} with the trimmed draft vocabularies.
+        """
+        cmap = load_config_map(config_map)
+        factory = drafter_factory(drafter, **(drafter_options or {}))
+        ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
+        target = load_model(model, dtype=dtype)
+        router = _build_router(router_examples, router_kind, target)
+        return cls(target, cmap, factory, router, min_confidence, ids, max_prompt_tokens)
+
+    # -- routing ----------------------------------------------------------------------------------
+    def route(self, prompt: Prompt, domain: str | None = None) -> Route:
+        """Decide which domain's configuration serves `prompt` (see the module docstring)."""
+        if domain is not None:
+            if domain in self.config_map.domains:
+                return Route(domain, "tag", 1.0, predicted=domain)
+            if domain in self.known_domains:
+                return Route(None, "fallback", 1.0, f"tagged domain {domain!r} has no entry in the config map", domain)
+            raise UnknownDomainError(f"unknown domain {domain!r}: known domains are {', '.join(self.known_domains)}")
+        if self.router is None:
+            return Route(None, "fallback", 0.0, "no domain tag and no router")
+        predicted, confidence = self.router.predict(routing_text(prompt))
+        if confidence < self.min_confidence:
+            reason = f"router confidence {confidence:.2f} for {predicted!r} is below {self.min_confidence:.2f}"
+            return Route(None, "fallback", confidence, reason, predicted)
+        if predicted not in self.config_map.domains:
+            return Route(None, "fallback", confidence, f"routed domain {predicted!r} has no entry in the config map", predicted)
+        return Route(predicted, "classifier", confidence, predicted=predicted)
+
+    def encode(self, prompt: Prompt, max_new_tokens: int = 0) -> list[int]:
+        """Prompt token ids (chat template applied); raises PromptTooLongError when the prompt exceeds
+        `max_prompt_tokens` or prompt + `max_new_tokens` exceeds the model's context."""
+        ids = encode_messages(self.target.tokenizer, prompt)
+        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
+            raise PromptTooLongError(f"prompt has {len(ids)} tokens; the limit is {self.max_prompt_tokens}")
+        if self.max_context is not None and len(ids) + max_new_tokens > self.max_context:
+            raise PromptTooLongError(
+                f"prompt ({len(ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's "
+                f"context of {self.max_context} tokens"
+            )
+        return ids
+
+    # -- generation -------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Prompt,
+        domain: str | None = None,
+        max_new_tokens: int = 128,
+        num_draft_tokens: int = 5,
+        temperature: float = 0.0,
+        seed: int = 0,
+    ) -> ControllerResult:
+        """Route `prompt` (a string = one user message, or chat messages) and generate the reply."""
+        start = time.perf_counter()
+        config = GenerationConfig(max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens,
+                                  temperature=temperature, seed=seed)
+        prompt_ids = self.encode(prompt, max_new_tokens)
+        if domain is not None:
+            self.route(prompt, domain)  # an unknown tag fails now, not after waiting for the lock
+        with self._lock:  # the hidden-state router runs the target too, so routing is inside the lock
+            tick = time.perf_counter()
+            route = self.route(prompt, domain)
+            routing_ms = 1000 * (time.perf_counter() - tick)
+            skip = self.config_map.domains[route.domain].skip_layers if route.domain else ()
+            ids = self.vocab_ids.get(route.domain) if route.domain else None
+            result = speculative_generate(self.target.model, prompt_ids, self._drafters[ids], config,
+                                          skip_layers=skip, eos_token_ids=self.target.eos_token_ids)
+        text = self.target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True)
+        ended = bool(result.new_token_ids) and result.new_token_ids[-1] in self.target.eos_token_ids
+        total_ms = 1000 * (time.perf_counter() - start)
+        log.info("domain=%s routed_by=%s skip=%s accept=%.2f tokens=%d %.0f ms", route.domain, route.routed_by,
+                 list(skip), result.mean_accept_length, result.new_tokens, total_ms)
+        return ControllerResult(
+            text=text,
+            domain=route.domain,
+            routed_by=route.routed_by,
+            confidence=route.confidence,
+            reason=route.reason,
+            skip_layers=tuple(skip),
+            vocab_size=len(ids) if ids is not None else self.target.model.config.vocab_size,
+            accept_length=result.mean_accept_length,
+            prompt_tokens=len(prompt_ids),
+            new_tokens=result.new_tokens,
+            finish_reason="stop" if ended else "length",
+            tokens_per_s=result.tokens_per_s,
+            routing_ms=routing_ms,
+            total_ms=total_ms,
+            generation=result,
+        )
+
+
+def _validate(target: LoadedModel, cmap: ConfigMap, vocab_ids: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """Check the map against the model; return the usable vocabulary ids per domain (sorted)."""
+    name = target.identity.get("name", "target")
+    if cmap.num_layers != target.num_layers:
+        raise ControllerError(
+            f"config map is for a {cmap.num_layers}-layer model ({cmap.model}) but {name!r} has "
+            f"{target.num_layers} layers: use the config map made for this model"
+        )
+    for domain, config in cmap.domains.items():
+        try:
+            validate_skip_layers(list(config.skip_layers), target.num_layers)
+        except SkipSetError as err:
+            raise ControllerError(f"config map domain {domain!r}: {err}") from None
+    vocab_size = target.model.config.vocab_size
+    unknown = sorted(set(vocab_ids) - set(cmap.domains))
+    if unknown:
+        raise ControllerError(f"vocabulary ids given for domains {unknown} that the config map does not have")
+    usable: dict[str, tuple[int, ...]] = {}
+    for domain, config in cmap.domains.items():
+        ids = vocab_ids.get(domain, getattr(config, "draft_vocab_ids", None))
+        if ids is None:
+            if config.draft_vocab_size is not None:
+                log.warning("domain %r: the config map gives draft_vocab_size=%d but no token ids; the drafter "
+                            "uses the full vocabulary", domain, config.draft_vocab_size)
+            continue
+        ids = list(ids)
+        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < vocab_size]
+        if bad or not ids or len(set(ids)) != len(ids):
+            what = f"ids {bad[:5]} outside [0, {vocab_size})" if bad else "an empty or repeated id list"
+            raise ControllerError(f"domain {domain!r}: draft vocabulary has {what}")
+        if config.draft_vocab_size is not None and len(ids) != config.draft_vocab_size:
+            raise ControllerError(
+                f"domain {domain!r}: {len(ids)} vocabulary ids but the config map says draft_vocab_size="
+                f"{config.draft_vocab_size}"
+            )
+        usable[domain] = tuple(sorted(ids))
+    return usable
+
+
+def _read_vocab_ids(path: str | os.PathLike) -> dict[str, list[int]]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ControllerError(f"{path}: no such vocabulary file") from None
+    except json.JSONDecodeError as err:
+        raise ControllerError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise ControllerError(f"{path}: expected a JSON object {{domain: [token id, ...]}}")
+    return data
+
+
+def _build_router(examples: str | os.PathLike | None, kind: str, target: LoadedModel) -> DomainRouter | None:
+    if examples is None:
+        return None
+    try:
+        if str(examples) == "builtin":
+            return make_router(kind, target).fit(builtin_prompts("calibration"))
+        if str(examples).endswith(".json"):
+            return load_router(examples, target)
+        return make_router(kind, target).fit(prompts_from_jsonl(examples))
+    except RouterError as err:
+        raise ControllerError(str(err)) from None
+
+
+__all__ = [
+    "DRAFTERS",
+    "ConfigMapError",
+    "Controller",
+    "ControllerError",
+    "ControllerResult",
+    "PromptTooLongError",
+    "Route",
+    "UnknownDomainError",
+    "drafter_factory",
+]

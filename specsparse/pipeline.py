@@ -1,0 +1,194 @@
+"""One job: search on a domain's calibration split, evaluate dense vs the selected configuration on
+the held-out test split, and write the domain config map, the measured configurations and a summary.
+
+Runners measure batches of candidates for an EvaluationSpec (`LocalRunner` here; `RayRunner` fans
+them out as Ray Tune trials). The search driver, the results store and all writing stay in this
+process, so results do not depend on which runner measured them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from specsparse.config_map import ConfigMap, domain_config_from_result, write_config_map, write_measurements_csv
+from specsparse.evaluation import EvaluationSpec, Evaluator, locate
+from specsparse.search.base import SearchResult, SearchStrategy
+from specsparse.search.driver import run_search
+from specsparse.search.tpe_vocab import TPEVocabSearch
+from specsparse.store import ResultsStore, atomic_write_text, content_hash, measurement_to_dict
+from specsparse.types import Candidate, Measurement
+
+log = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    def evaluate_batch(
+        self, spec: EvaluationSpec, candidates: Sequence[Candidate], thresholds: tuple | None = None
+    ) -> list[Measurement]: ...
+
+
+class LocalRunner:
+    """Measures candidates one after the other in this process."""
+
+    def __init__(self, progress: bool = True):
+        self.progress = progress
+        self._evaluators: dict[str, Evaluator] = {}
+
+    def evaluator(self, spec: EvaluationSpec) -> Evaluator:
+        key = content_hash(asdict(spec))
+        if key not in self._evaluators:
+            self._evaluators[key] = Evaluator(spec)
+        return self._evaluators[key]
+
+    def evaluate_batch(self, spec, candidates, thresholds=None) -> list[Measurement]:
+        evaluator = self.evaluator(spec)
+        return [evaluator.evaluate(c, thresholds, progress=self.progress) for c in candidates]
+
+    def close(self) -> None:
+        self._evaluators.clear()
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """A search strategy by public dotpath (Hydra `_target_`) with its options and budget."""
+
+    target: str = "specsparse.search.bfs.BFSSearch"
+    options: dict[str, Any] = field(default_factory=dict)
+    budget: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.target.rsplit(".", 1)[-1]
+
+    def build(self, evaluator: Evaluator) -> SearchStrategy:
+        strategy_class = locate(self.target)
+        if issubclass(strategy_class, TPEVocabSearch):
+            coverage, latency_reduction = evaluator.vocab_objective()
+            vocab_size = evaluator.target.model.config.vocab_size
+            return strategy_class(vocab_size=vocab_size, coverage=coverage, latency_reduction=latency_reduction, **self.options)
+        return strategy_class(num_layers=evaluator.target.num_layers, **self.options)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    domain: str
+    search: SearchResult
+    test_dense: Measurement | None
+    test_selected: Measurement | None
+    output_dir: Path
+    wall_time_s: float
+
+    def summary(self) -> dict[str, Any]:
+        """The job's headline numbers (what tables and W&B summaries are built from)."""
+        def numbers(m: Measurement | None) -> dict[str, Any] | None:
+            if m is None:
+                return None
+            return {k: v for k, v in measurement_to_dict(m).items() if k != "per_prompt"}
+
+        s = self.search
+        return {
+            "domain": self.domain,
+            "strategy": s.strategy,
+            "selected_skip_layers": list(s.selected.skip_layers),
+            "selected_vocab_size": s.selected.vocab_size,
+            "calibration": {"dense": numbers(s.dense), "selected": numbers(s.selected_measurement)},
+            "test": {"dense": numbers(self.test_dense), "selected": numbers(self.test_selected)},
+            "speedup_test": _ratio(self.test_selected, self.test_dense, "tokens_per_s"),
+            "search_cost": {
+                "configurations_measured": s.n_measured,
+                "cache_hits": s.n_cache_hits,
+                "target_forwards": s.target_forwards,
+                "wall_time_s": s.wall_time_s,
+            },
+            "alternatives": [list(c.skip_layers) for c, _ in s.alternatives],
+            "notes": list(s.notes),
+            "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
+            "job_wall_time_s": self.wall_time_s,
+        }
+
+
+def _ratio(a: Measurement | None, b: Measurement | None, field_name: str) -> float | None:
+    if a is None or b is None or not getattr(b, field_name):
+        return None
+    return getattr(a, field_name) / getattr(b, field_name)
+
+
+OnMeasurement = Callable[[Candidate, Measurement, bool], None]
+
+
+def measure_with_store(
+    runner: Runner, evaluator: Evaluator, candidates: Sequence[Candidate], store: ResultsStore
+) -> list[Measurement]:
+    """Measurements of `candidates`, served from the store when present, stored otherwise."""
+    keys = [evaluator.key(c) for c in candidates]
+    missing = [c for c, k in zip(candidates, keys) if store.get(k) is None]
+    fresh = dict(zip(missing, runner.evaluate_batch(evaluator.spec, missing))) if missing else {}
+    results = []
+    for candidate, key in zip(candidates, keys):
+        if candidate in fresh:
+            store.put(key, fresh[candidate], {**evaluator.describe(), "candidate": candidate})
+        results.append(fresh.get(candidate) or store.get(key))
+    return results
+
+
+def run_job(
+    spec: EvaluationSpec,
+    search: SearchSpec,
+    runner: Runner,
+    store: ResultsStore,
+    output_dir: Path,
+    evaluate_test: bool = True,
+    on_measurement: OnMeasurement | None = None,
+    progress: bool = True,
+) -> JobResult:
+    """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`."""
+    start = time.perf_counter()
+    calibration = Evaluator(spec.with_split("calibration"))
+    strategy = search.build(calibration)
+
+    def evaluate_batch(candidates: list[Candidate]) -> list[Measurement]:
+        return runner.evaluate_batch(calibration.spec, candidates, strategy.feasibility_thresholds())
+
+    description = calibration.describe()
+    result = run_search(
+        strategy,
+        evaluate_batch,
+        budget=search.budget,
+        store=store,
+        key_fn=lambda c: calibration.key(c, strategy.feasibility_thresholds()),
+        meta_fn=lambda c: {**description, "search": search.name},
+        progress=progress,
+        on_measurement=on_measurement,
+    )
+    test_dense = test_selected = None
+    if evaluate_test:
+        test = Evaluator(spec.with_split("test"))
+        test_dense, test_selected = measure_with_store(runner, test, [result.baseline, result.selected], store)
+    job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir), time.perf_counter() - start)
+    write_job_outputs(job, calibration)
+    return job
+
+
+def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
+    """config_map.{yaml,json}, measurements.csv, summary.json (and draft_vocab.json when trimmed)."""
+    out = job.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    target = calibration.target
+    config_map = ConfigMap(
+        model=calibration.spec.model,
+        num_layers=target.num_layers,
+        domains={job.domain: domain_config_from_result(job.domain, job.search, target.num_layers)},
+        drafter=calibration.spec.drafter.name,
+    )
+    write_config_map(out / "config_map", config_map)
+    write_measurements_csv(out / "measurements.csv", job.search)
+    if job.search.selected.vocab_size is not None:
+        ids = calibration.vocab_ids(job.search.selected.vocab_size)
+        atomic_write_text(out / "draft_vocab.json", json.dumps({job.domain: ids}))
+    atomic_write_text(out / "summary.json", json.dumps(job.summary(), indent=2))

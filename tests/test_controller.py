@@ -1,0 +1,239 @@
+"""Runtime controller: routing rules, validation against the model, lossless output, router, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
+from specsparse.controller import (
+    Controller,
+    ControllerError,
+    PromptTooLongError,
+    UnknownDomainError,
+    drafter_factory,
+)
+from specsparse.drafters import SuffixAutomatonDrafter
+from specsparse.generation import generate_text
+from specsparse.router import HiddenStateRouter, TfidfRouter, builtin_prompts, load_router
+from specsparse.types import GenerationConfig
+
+TRANSLATION = "Translate German to English: Der Hund schläft im Garten unter dem alten Baum."
+MATH = "A baker sells 12 muffins per tray and bakes 7 trays. How many muffins does she bake in total?"
+
+
+def domain_config(skip: tuple[int, ...], vocab_size: int | None = None) -> DomainConfig:
+    dense = OperatingPoint((), 2.0, None, 0.01)
+    return DomainConfig(skip, 1.8, None, len(skip) / 4, 0.008, 1 - len(skip) / 4, vocab_size, dense)
+
+
+def make_map(num_layers: int = 4, **domains: DomainConfig) -> ConfigMap:
+    domains = domains or {"translation": domain_config((1,)), "math": domain_config((2, 3))}
+    return ConfigMap(model="tiny", num_layers=num_layers, domains=domains, drafter="samd")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model is latency-bound: one intra-op thread avoids contention on a busy machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def router():
+    return TfidfRouter().fit(builtin_prompts("calibration"))
+
+
+@pytest.fixture(scope="module")
+def map_file(tmp_path_factory):
+    yaml_path, _ = write_config_map(tmp_path_factory.mktemp("maps") / "tiny_map", make_map())
+    return yaml_path
+
+
+@pytest.fixture(scope="module")
+def controller(tiny, router, map_file):
+    return Controller(tiny, load_config_map(map_file), drafter_factory("samd"), router)
+
+
+# -- routing ---------------------------------------------------------------------------------------
+def test_tag_wins_over_classifier(controller):
+    route = controller.route(TRANSLATION, domain="math")
+    assert (route.domain, route.routed_by, route.confidence) == ("math", "tag", 1.0)
+    result = controller.generate(TRANSLATION, domain="math", max_new_tokens=4)
+    assert result.domain == "math" and result.skip_layers == (2, 3) and result.routed_by == "tag"
+
+
+def test_classifier_routes_clearly_different_domains(controller):
+    for text, domain in ((TRANSLATION, "translation"), (MATH, "math")):
+        route = controller.route(text)
+        assert (route.domain, route.routed_by) == (domain, "classifier")
+        assert route.confidence >= controller.min_confidence
+
+
+def test_router_accuracy_on_builtin_test_split(router):
+    # Measured: 85% over all 7 domains; translation, summarization, rag and mmlu are >= 95% each.
+    test = builtin_prompts("test")
+    hits = {d: sum(router.predict(t)[0] == d for t in texts) / len(texts) for d, texts in test.items()}
+    overall = sum(hits[d] * len(test[d]) for d in test) / sum(len(t) for t in test.values())
+    assert overall >= 0.75, hits
+    assert all(hits[d] >= 0.9 for d in ("translation", "summarization", "rag", "mmlu")), hits
+
+
+def test_low_confidence_and_unmapped_domain_fall_back_to_dense(tiny, router, map_file):
+    strict = Controller(tiny, load_config_map(map_file), drafter_factory("samd"), router, min_confidence=0.999)
+    result = strict.generate("Hello there.", max_new_tokens=4)
+    assert (result.domain, result.routed_by, result.skip_layers) == (None, "fallback", ())
+    assert "below" in result.reason
+    # A confident prediction of a domain the map lacks (mmlu) also runs dense.
+    mmlu_prompt = builtin_prompts("test", domains=["mmlu"])["mmlu"][0]
+    route = Controller(tiny, load_config_map(map_file), drafter_factory("samd"), router).route(mmlu_prompt)
+    assert (route.domain, route.routed_by, route.predicted) == (None, "fallback", "mmlu")
+
+
+def test_unknown_tag_is_an_error_and_known_unmapped_tag_runs_dense(controller):
+    with pytest.raises(UnknownDomainError, match="unknown domain 'nope'"):
+        controller.generate(TRANSLATION, domain="nope")
+    route = controller.route(TRANSLATION, domain="qa")  # the router knows qa; the map has no entry
+    assert (route.domain, route.routed_by) == (None, "fallback") and "no entry" in route.reason
+
+
+def test_no_router_means_tags_or_dense(tiny, map_file):
+    bare = Controller(tiny, load_config_map(map_file), drafter_factory("pld"), router=None)
+    assert bare.route(TRANSLATION).routed_by == "fallback"
+    assert bare.route(TRANSLATION, "translation").domain == "translation"
+
+
+# -- validation ------------------------------------------------------------------------------------
+def test_out_of_range_layer_is_rejected(tiny, router):
+    cmap = make_map(translation=domain_config((1, 7)))
+    with pytest.raises(ControllerError, match=r"'translation'.*\[7\] out of range"):
+        Controller(tiny, cmap, drafter_factory("samd"), router)
+
+
+def test_wrong_num_layers_is_rejected(tiny, tmp_path):
+    with pytest.raises(ControllerError, match="30-layer model .* has 4 layers"):
+        Controller(tiny, make_map(num_layers=30), drafter_factory("samd"))
+    path, _ = write_config_map(tmp_path / "big", make_map(num_layers=30))
+    with pytest.raises(ControllerError, match="30-layer"):
+        Controller.from_files(model="tiny", config_map=path, router_examples=None)
+
+
+def test_vocabulary_ids_are_validated(tiny):
+    cmap = make_map(math=domain_config((2,), vocab_size=3))
+    self_skip = drafter_factory("self_skip", skip_layers=[3])
+    with pytest.raises(ControllerError, match="outside"):
+        Controller(tiny, cmap, self_skip, vocab_ids={"math": [1, 2, 9999]})
+    with pytest.raises(ControllerError, match="draft_vocab_size=3"):
+        Controller(tiny, cmap, self_skip, vocab_ids={"math": [1, 2]})
+    with pytest.raises(ControllerError, match="drafter cannot be built"):
+        Controller(tiny, cmap, drafter_factory("samd"), vocab_ids={"math": [1, 2, 3]})
+
+
+def test_prompt_too_long(tiny, map_file):
+    limited = Controller(tiny, load_config_map(map_file), drafter_factory("samd"), max_prompt_tokens=20)
+    with pytest.raises(PromptTooLongError, match="limit is 20"):
+        limited.generate(TRANSLATION, max_new_tokens=4)
+    with pytest.raises(PromptTooLongError, match="context"):
+        limited.encode("x", max_new_tokens=10_000)
+
+
+# -- lossless routing ------------------------------------------------------------------------------
+@pytest.mark.parametrize("prompt,domain,skip", [(MATH, "math", (2, 3)), ("Hello there.", None, ())])
+def test_output_equals_generate_text_with_the_same_skip_set(tiny, router, map_file, prompt, domain, skip):
+    controller = Controller(tiny, load_config_map(map_file), drafter_factory("samd"), router, min_confidence=0.999)
+    result = controller.generate(prompt, domain=domain, max_new_tokens=24)
+    assert result.skip_layers == skip
+    config = GenerationConfig(max_new_tokens=24, num_draft_tokens=5)
+    text, reference = generate_text(tiny, prompt, SuffixAutomatonDrafter.from_target(tiny), config, skip_layers=skip)
+    assert result.generation.new_token_ids == reference.new_token_ids
+    assert result.text == text and result.new_tokens == reference.new_tokens
+    assert result.finish_reason in ("stop", "length") and result.total_ms >= result.routing_ms >= 0
+
+
+def test_switching_domains_and_trimmed_vocabulary(tiny):
+    cmap = make_map(translation=domain_config((1,)), math=domain_config((2,), vocab_size=200))
+    ids = list(range(200))
+    controller = Controller(tiny, cmap, drafter_factory("self_skip", skip_layers=[3]), vocab_ids={"math": ids})
+    config = GenerationConfig(max_new_tokens=12)
+    for domain, skip, vocab in (("math", (2,), 200), ("translation", (1,), tiny.model.config.vocab_size),
+                                ("math", (2,), 200)):
+        result = controller.generate(MATH, domain=domain, max_new_tokens=12)
+        text, _ = generate_text(tiny, MATH, None, config, skip_layers=skip)
+        assert (result.skip_layers, result.vocab_size, result.text) == (skip, vocab, text)
+
+
+def test_messages_prompt_routes_on_user_turns(controller):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": TRANSLATION}]
+    assert controller.route(messages).domain == "translation"
+
+
+# -- router ----------------------------------------------------------------------------------------
+def test_router_save_load_round_trip(router, tmp_path, tiny):
+    loaded = load_router(router.save(tmp_path / "router.json"))
+    for text in (TRANSLATION, MATH, "hello"):
+        assert loaded.predict(text)[0] == router.predict(text)[0]
+        assert loaded.predict(text)[1] == pytest.approx(router.predict(text)[1], abs=1e-4)
+    texts = {"translation": [TRANSLATION, "Translate German to English: Guten Tag."], "math": [MATH, "What is 7 * 8?"]}
+    hidden = HiddenStateRouter(tiny).fit(texts)
+    again = load_router(hidden.save(tmp_path / "hidden.json"), tiny)
+    assert again.predict(MATH) == pytest.approx(hidden.predict(MATH), abs=1e-4)
+    assert hidden.predict(TRANSLATION)[0] == "translation"
+
+
+def test_router_errors(tmp_path):
+    from specsparse.router import RouterError
+
+    with pytest.raises(RouterError, match="at least two domains"):
+        TfidfRouter().fit({"qa": ["a question"]})
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(RouterError, match="not a saved router"):
+        load_router(tmp_path / "bad.json")
+    with pytest.raises(RouterError, match="needs the target"):
+        load_router(_hidden_router_file(tmp_path))
+
+
+def _hidden_router_file(tmp_path):
+    path = tmp_path / "hidden.json"
+    path.write_text(json.dumps({"kind": "hidden", "temperature": 0.05, "domains": ["a", "b"], "centroids": [[1], [0]]}))
+    return path
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+def test_cli_generate_single_prompt_and_errors(map_file, capsys, tmp_path):
+    from specsparse.cli_runtime import main
+
+    args = ["generate", "--config-map", str(map_file), "--model", "tiny", "--max-new-tokens", "6"]
+    assert main([*args, "--domain", "math", MATH]) == 0
+    out, err = capsys.readouterr()
+    assert "domain=math (tag) skip=[2, 3]" in err and "tokens=" in err
+    assert main([*args, "--domain", "nope", MATH]) == 2
+    assert main(["generate", "--config-map", str(tmp_path / "missing.yaml"), "--model", "tiny", "x"]) == 2
+    (tmp_path / "broken.yaml").write_text("model: tiny\nnum_layers: 4\n")
+    assert main(["generate", "--config-map", str(tmp_path / "broken.yaml"), "--model", "tiny", "x"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("specsparse: error:")]
+    assert len(lines) == 3 and "Traceback" not in err and "unknown domain 'nope'" in lines[0]
+
+
+def test_cli_generate_prompts_file_summary(map_file, capsys, tmp_path):
+    from specsparse.cli_runtime import main
+
+    prompts = tmp_path / "prompts.jsonl"
+    records = [{"prompt": TRANSLATION}, {"turns": [MATH, "Now double it."], "domain": "math"}, {"prompt": "hi", "domain": "qa"}]
+    prompts.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out_file = tmp_path / "out.jsonl"
+    rc = main(["generate", "--config-map", str(map_file), "--model", "tiny", "--max-new-tokens", "4",
+               "--prompts", str(prompts), "--output", str(out_file)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
+    assert rows["math"][1] == "2" and rows["translation"][1] == "1" and rows["dense"][1] == "1"
+    assert rows["all"][1] == "4"
+    assert len(out_file.read_text().splitlines()) == 4
+    prompts.write_text('{"prompt": 3}\n')
+    assert main(["generate", "--config-map", str(map_file), "--model", "tiny", "--prompts", str(prompts)]) == 2
+    assert "prompts.jsonl:1" in capsys.readouterr().err

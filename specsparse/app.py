@@ -73,8 +73,12 @@ class Component:
     def name(self) -> str:
         return self.target.rsplit(".", 1)[-1]
 
-    def build(self) -> Any:
-        return locate(self.target)(**self.options)
+    def build(self, **context: Any) -> Any:
+        """An instance; `context` values (e.g. the job's output_dir) go to constructors that take them."""
+        cls = locate(self.target)
+        params = inspect.signature(cls.__init__).parameters
+        extra = {k: v for k, v in context.items() if k in params and k not in self.options}
+        return cls(**self.options, **extra)
 
 
 @dataclass(frozen=True)
@@ -509,7 +513,7 @@ def run_plan(plan: JobPlan) -> JobResult:
     status = "failed"
     try:
         try:
-            runner = plan.runner.build()
+            runner = plan.runner.build(output_dir=out)
         except ValueError as err:  # e.g. GPUs the cluster does not have: before any model loads
             raise ConfigError(f"runner {plan.runner.name}: {_one_line(err)}") from None
         if plan.logger is not None:

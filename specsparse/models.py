@@ -7,6 +7,7 @@ Every load is offline. A GGUF file is converted once to a safetensors directory 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -93,8 +94,9 @@ def load_model(source: str = "smollm2-135m", dtype: str = "float32", device: str
         if Path(source).is_dir():
             identity["config_sha256"] = _file_sha256(Path(source) / "config.json")[:16]
     try:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype).to(device).eval()
-        tokenizer = AutoTokenizer.from_pretrained(directory)
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype).to(device).eval()
+            tokenizer = AutoTokenizer.from_pretrained(directory)
     except OSError as err:
         raise ModelLoadError(
             f"cannot load model {source!r} offline ({str(err).splitlines()[0]}); use a local directory, a .gguf "
@@ -102,6 +104,20 @@ def load_model(source: str = "smollm2-135m", dtype: str = "float32", device: str
         ) from err
     identity["dtype"] = dtype
     return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
+
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """No per-tensor progress bar for a one-second load (restored afterwards)."""
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _embedded_gguf(name: str) -> Path:

@@ -1,0 +1,208 @@
+"""The `specsparse` command.
+
+    specsparse report outputs/multirun/2025-01-01_10-00-00 [--out DIR] [--merge-config-map maps/all.yaml]
+    specsparse report --wandb ENTITY/PROJECT --out report/
+    specsparse submit --address http://HEAD:8265 -- python run.py -m experiment=tss_main runner=ray
+    specsparse generate / serve ...        (the runtime controller, see specsparse/cli_runtime.py)
+
+Sweeps themselves run through Hydra: `python run.py ...` (see run.py). Every subcommand returns an exit
+code; bad input prints one line on stderr and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+# Never uploaded with the working directory (besides what .gitignore excludes, which Ray honours).
+SUBMIT_EXCLUDES = [".git", ".venv", "outputs", "multirun", "wandb", "__pycache__", "*.egg-info", ".pytest_cache"]
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+# -- report ----------------------------------------------------------------------------------------
+def add_report_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="build Table 1/2 (Markdown, LaTeX, CSV), Pareto and ablation plots, and a merged config map",
+        description="Tables and figures from job outputs (summary.json under the given folders) and the results "
+                    "store, or from W&B runs with --wandb.",
+    )
+    p.add_argument("paths", nargs="*", help="job or multirun folders (default: outputs/)")
+    p.add_argument("--out", default=None, help="output folder (default: <first path>/report, or report/ with --wandb)")
+    p.add_argument("--store", action="append", default=[],
+                   help="results store(s) for the single-layer ablation (default: the stores the jobs used)")
+    p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the jobs from W&B runs instead of folders")
+    p.add_argument("--strategy", default="bfs", help="the TSS strategy of Table 1, plots and the merged map (default: bfs)")
+    p.add_argument("--merge-config-map", metavar="PATH", help="write one multi-domain config map (PATH.yaml and PATH.json)")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from specsparse.config_map import ConfigMapError  # noqa: PLC0415
+    from specsparse.report import ReportError, build_report, find_jobs, to_markdown, table1, table2, wandb_jobs  # noqa: PLC0415
+
+    try:
+        if args.wandb:
+            if args.wandb.count("/") != 1:
+                return _fail(f"--wandb takes ENTITY/PROJECT, got {args.wandb!r}")
+            records = wandb_jobs(args.wandb)
+            out = Path(args.out or "report")
+        else:
+            paths = args.paths or ["outputs"]
+            records = find_jobs(paths)
+            out = Path(args.out or Path(paths[0]) / "report")
+        written = build_report(records, out, stores=args.store, strategy=args.strategy,
+                               merge_config_map=args.merge_config_map, plots=not args.no_plots and not args.wandb)
+    except (ReportError, ConfigMapError) as err:
+        return _fail(str(err))
+    print("Table 1: native vs TSS per domain")
+    print(to_markdown(table1(records, args.strategy)))
+    print("Table 2: search strategies per domain")
+    print(to_markdown(table2(records)))
+    for kind, paths in written.items():
+        for path in paths:
+            print(f"{kind}: {path}")
+    return 0
+
+
+# -- submit ----------------------------------------------------------------------------------------
+def add_submit_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "submit",
+        help="run a command (e.g. a Hydra sweep) as a Ray job on a cluster",
+        description="Wraps `ray job submit --address ... --working-dir . --runtime-env-json ... -- COMMAND`. "
+                    "Token auth: `ray job submit` reads RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token.",
+    )
+    p.add_argument("--address", default=None,
+                   help=f"the cluster's dashboard address (default: $RAY_API_SERVER_ADDRESS, $RAY_ADDRESS or {DEFAULT_DASHBOARD})")
+    p.add_argument("--working-dir", default=".", help="folder uploaded as the job's working directory (default: .)")
+    p.add_argument("--pip", action="append", default=[], metavar="REQUIREMENT",
+                   help="a pip requirement installed for the job (repeatable)")
+    p.add_argument("--pip-from-pyproject", action="store_true",
+                   help="install the project's dependencies from pyproject.toml in the job's environment")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable of the job")
+    p.add_argument("--submission-id", default=None, help="job id (default: Ray picks one)")
+    p.add_argument("--no-wait", action="store_true", help="return once submitted instead of following the logs")
+    p.add_argument("--dry-run", action="store_true", help="print the `ray job submit` command and exit")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python run.py -m ...")
+    p.set_defaults(func=run_submit)
+
+
+def pyproject_dependencies(working_dir: Path) -> list[str]:
+    import tomllib  # noqa: PLC0415
+
+    file = working_dir / "pyproject.toml"
+    if not file.is_file():
+        raise ValueError(f"{file} not found (--pip-from-pyproject)")
+    return list(tomllib.loads(file.read_text()).get("project", {}).get("dependencies", []))
+
+
+def runtime_env(working_dir: Path, pip: Sequence[str] = (), env: Sequence[str] = (), from_pyproject: bool = False) -> dict:
+    """The job's runtime environment: pip requirements, environment variables and upload excludes."""
+    requirements = [*(pyproject_dependencies(working_dir) if from_pyproject else []), *pip]
+    env_vars = {}
+    for item in env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--env takes KEY=VALUE, got {item!r}")
+        env_vars[key] = value
+    # W&B stays offline on the cluster unless asked otherwise: an unreachable server would stall jobs.
+    env_vars.setdefault("WANDB_MODE", os.environ.get("WANDB_MODE", "offline"))
+    spec: dict = {"env_vars": env_vars, "excludes": SUBMIT_EXCLUDES}
+    if requirements:
+        spec["pip"] = requirements
+    return spec
+
+
+def ray_executable() -> list[str]:
+    """The `ray` CLI of this environment."""
+    beside = Path(sys.executable).with_name("ray")
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("ray")
+    if found:
+        return [found]
+    raise ValueError("the `ray` command was not found: pip install 'ray[default]'")
+
+
+def submit_command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ValueError("nothing to run: specsparse submit [options] -- python run.py -m ...")
+    working_dir = Path(args.working_dir).resolve()
+    if not working_dir.is_dir():
+        raise ValueError(f"--working-dir {working_dir} is not a folder")
+    address = args.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or DEFAULT_DASHBOARD
+    env = runtime_env(working_dir, args.pip, args.env, args.pip_from_pyproject)
+    cmd = [*ray_executable(), "job", "submit", "--address", address, "--working-dir", str(working_dir),
+           "--runtime-env-json", json.dumps(env)]
+    if args.submission_id:
+        cmd += ["--submission-id", args.submission_id]
+    if args.no_wait:
+        cmd.append("--no-wait")
+    return [*cmd, "--", *command]
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    try:
+        cmd = submit_command(args)
+    except ValueError as err:
+        return _fail(str(err))
+    if args.dry_run:
+        import shlex  # noqa: PLC0415
+
+        print(shlex.join(cmd))
+        return 0
+    return subprocess.call(cmd)
+
+
+# -- entry point -----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specsparse",
+        description="Per-domain target-layer skipping and draft-vocabulary trimming for speculative decoding. "
+                    "Sweeps: python run.py (Hydra).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND")
+    add_report_command(subparsers)
+    add_submit_command(subparsers)
+    try:
+        from specsparse.cli_runtime import add_runtime_commands  # noqa: PLC0415
+    except ImportError as err:  # the runtime controller's dependencies are missing
+        log.debug("generate/serve unavailable: %s", err)
+    else:
+        add_runtime_commands(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

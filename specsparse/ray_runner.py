@@ -1,0 +1,348 @@
+"""Measure batches of candidates as Ray Tune trials on workers that keep the model loaded.
+
+    runner = RayRunner(num_workers=4, gpus_per_trial=1)        # local Ray on 127.0.0.1
+    runner = RayRunner(num_workers=8, address="10.0.0.5:6379")  # join an existing cluster
+    measurements = runner.evaluate_batch(spec, candidates)      # in candidate order
+
+The search driver stays in the calling process and hands over one batch at a time (a BFS level, a
+batch of random or TPE proposals). Each batch becomes one `tune.Tuner` run over
+`param_space={"candidate": tune.grid_search([...]), ...}` (a plain-dict config).
+
+Why a pool of long-lived actors under the trials: Tune stops its trial actors at the end of every
+`Tuner.fit()`. Even with `reuse_actors=True`, reuse happens only within one fit; measured on ray 2.60
+(2 CPUs), every fit got fresh worker processes (new PIDs), so a model held by the trial process
+would be reloaded for every batch: on this machine about 3 s of imports plus the model load per
+worker and per batch (seconds for SmolLM2, minutes for a 13B model from disk). The models therefore
+live in `num_workers` Ray actors created once per runner, which reserve the CPUs/GPUs
+(`cpus_per_trial`, `gpus_per_trial` each); a trial takes a free actor from a queue, has it measure
+its candidate, and reports the measurement. Each actor keeps one `Evaluator` per spec, and the model
+through `specsparse.evaluation.cached_model`, for as long as the runner lives.
+
+Resources are checked before anything is scheduled: a trial asking for GPUs the cluster does not
+have would stay PENDING forever, so that raises `RayResourceError` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# Light imports only: Tune's trial processes import this module to run `_trial`, and they never need
+# torch or transformers (the worker actors do, once).
+from specsparse.store import measurement_from_dict, measurement_to_dict
+from specsparse.types import Candidate, GenerationConfig, Measurement
+
+if TYPE_CHECKING:
+    from specsparse.evaluation import EvaluationSpec
+
+log = logging.getLogger(__name__)
+
+TRIAL_CPUS = 0.01  # a trial only dispatches to a worker actor and waits; the actor holds the resources
+OnResult = Callable[[Candidate, Measurement], None]
+
+
+class RayResourceError(ValueError):
+    """The requested resources do not exist in the Ray cluster (one-line message)."""
+
+
+# -- plain-dict round trip of the specs (what travels in the Tune config) ----------------------------
+def spec_to_dict(spec: EvaluationSpec) -> dict[str, Any]:
+    return asdict(spec)
+
+
+def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
+    from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec  # noqa: PLC0415
+
+    domain = dict(data["domain"])
+    domain["exclude_ids"] = tuple(domain.get("exclude_ids") or ())
+    return EvaluationSpec(
+        model=data["model"],
+        dtype=data["dtype"],
+        device=data["device"],
+        drafter=DrafterSpec(**data["drafter"]),
+        domain=DomainSpec(**domain),
+        split=data["split"],
+        generation=GenerationConfig(**data["generation"]),
+    )
+
+
+def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
+    return {"skip_layers": list(candidate.skip_layers), "vocab_size": candidate.vocab_size}
+
+
+def candidate_from_dict(data: dict[str, Any]) -> Candidate:
+    return Candidate(tuple(data["skip_layers"]), data.get("vocab_size"))
+
+
+# -- the worker actor ------------------------------------------------------------------------------
+class EvaluationWorker:
+    """Holds the loaded model and one Evaluator per spec; measures one candidate per call."""
+
+    def __init__(self, threads: int = 1):
+        import torch  # noqa: PLC0415
+
+        torch.set_num_threads(max(1, threads))
+        self._evaluators: dict[str, Any] = {}
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None) -> dict[str, Any]:
+        from specsparse.evaluation import Evaluator  # noqa: PLC0415
+        from specsparse.store import content_hash  # noqa: PLC0415
+
+        key = content_hash(spec)
+        if key not in self._evaluators:
+            self._evaluators[key] = Evaluator(spec_from_dict(spec))
+        threshold = None if thresholds is None else tuple(thresholds)
+        measurement = self._evaluators[key].evaluate(candidate_from_dict(candidate), threshold, progress=False)
+        return {"measurement": measurement_to_dict(measurement), "pid": os.getpid()}
+
+
+def _trial(config: dict[str, Any], pool: dict[str, Any]) -> None:
+    """One Tune trial: borrow a free worker, measure the candidate, report the measurement."""
+    import ray  # noqa: PLC0415
+    from ray import tune  # noqa: PLC0415
+
+    index = pool["free"].get()
+    try:
+        out = ray.get(pool["workers"][index].evaluate.remote(config["spec"], config["candidate"], config["thresholds"]))
+    finally:
+        pool["free"].put(index)
+    m = out["measurement"]
+    report = {k: m[k] for k in ("accept_length", "cost", "tokens_per_s", "flops_fraction", "new_tokens") if m.get(k) is not None}
+    if m.get("metric") is not None:
+        report["metric"] = m["metric"]
+    report.update(worker=index, worker_pid=out["pid"], early_stopped=int(bool(m.get("early_stopped"))),
+                  measurement_json=json.dumps(m))
+    tune.report(report)
+
+
+# -- the runner ------------------------------------------------------------------------------------
+class RayRunner:
+    """Runner protocol over Ray Tune; see the module docstring.
+
+    num_workers: worker actors (each with the model loaded) = trials running at once.
+    gpus_per_trial, cpus_per_trial: resources each worker reserves (fractions allowed).
+    address: an existing cluster ("HOST:PORT", "auto", "ray://..."); None starts a local Ray bound to
+        127.0.0.1, or joins $RAY_ADDRESS when set (as under `ray job submit`).
+    output_dir: where Tune writes its trial records (<output_dir>/ray_tune); a temporary folder if None.
+    ready_timeout_s: how long the workers may take to be scheduled before the runner gives up.
+    """
+
+    def __init__(
+        self,
+        num_workers: int = 2,
+        gpus_per_trial: float = 0,
+        cpus_per_trial: float = 1,
+        address: str | None = None,
+        output_dir: str | os.PathLike | None = None,
+        ready_timeout_s: float = 120.0,
+    ):
+        self.check_options(num_workers, gpus_per_trial, cpus_per_trial, address)
+        self.num_workers = num_workers
+        self.gpus_per_trial = gpus_per_trial
+        self.cpus_per_trial = cpus_per_trial
+        self.address = address
+        self.ready_timeout_s = ready_timeout_s
+        base = Path(output_dir) if output_dir is not None else Path(tempfile.mkdtemp(prefix="specsparse-tune-"))
+        self.storage_path = (base / "ray_tune").resolve()
+        self._started_ray = False
+        self._workers: list[Any] = []
+        self._free: Any = None
+        self._batches = 0
+        self._connect()
+        try:
+            self.num_workers = self._fit_workers()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- checks ----------------------------------------------------------------------------------
+    @staticmethod
+    def check_options(
+        num_workers: int = 2, gpus_per_trial: float = 0, cpus_per_trial: float = 1, address: str | None = None, **_: Any
+    ) -> None:
+        """Validate the options without starting Ray (RayRunnerError / ValueError, one line)."""
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+        if gpus_per_trial < 0 or cpus_per_trial <= 0:
+            raise ValueError(f"need gpus_per_trial >= 0 and cpus_per_trial > 0, got {gpus_per_trial}, {cpus_per_trial}")
+        if gpus_per_trial > 0 and address is None and not os.environ.get("RAY_ADDRESS"):
+            import torch  # noqa: PLC0415
+
+            available = torch.cuda.device_count()
+            if available < gpus_per_trial:
+                raise RayResourceError(
+                    f"gpus_per_trial={gpus_per_trial} but this machine has {available} GPU(s): "
+                    "use runner.gpus_per_trial=0 or join a GPU cluster with runner.address=HOST:PORT"
+                )
+
+    def _connect(self) -> None:
+        import ray  # noqa: PLC0415
+
+        if ray.is_initialized():
+            return
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            log.info("joining the Ray cluster at %s", address)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            import torch  # noqa: PLC0415
+
+            cpus = math.ceil(self.num_workers * (self.cpus_per_trial + TRIAL_CPUS)) + 1
+            log.info("starting a local Ray (127.0.0.1, %d CPUs)", cpus)
+            ray.init(
+                address="local",  # never attach to another Ray running on this machine by accident
+                num_cpus=cpus,
+                num_gpus=torch.cuda.device_count(),
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        self._started_ray = not address
+
+    def _fit_workers(self) -> int:
+        """How many workers the cluster can hold; RayResourceError when not even one fits."""
+        import ray  # noqa: PLC0415
+
+        total = ray.cluster_resources()
+        gpus, cpus = total.get("GPU", 0.0), total.get("CPU", 0.0)
+        if self.gpus_per_trial > gpus:
+            raise RayResourceError(
+                f"gpus_per_trial={self.gpus_per_trial} but the Ray cluster has {gpus:g} GPU(s): "
+                "use runner.gpus_per_trial=0 or a cluster with GPUs (runner.address=...)"
+            )
+        per_worker_cpu = self.cpus_per_trial + TRIAL_CPUS
+        fit = int((cpus + 1e-9) // per_worker_cpu)
+        if self.gpus_per_trial > 0:
+            fit = min(fit, int((gpus + 1e-9) // self.gpus_per_trial))
+        if fit < 1:
+            raise RayResourceError(
+                f"cpus_per_trial={self.cpus_per_trial} but the Ray cluster has {cpus:g} CPU(s): lower runner.cpus_per_trial"
+            )
+        if fit < self.num_workers:
+            log.warning("the Ray cluster fits %d of the %d workers asked for (CPU %g, GPU %g): using %d",
+                        fit, self.num_workers, cpus, gpus, fit)
+        return min(fit, self.num_workers)
+
+    # -- workers ---------------------------------------------------------------------------------
+    def _ensure_workers(self) -> None:
+        if self._workers:
+            return
+        import ray  # noqa: PLC0415
+        from ray.util.queue import Queue  # noqa: PLC0415
+
+        actor = ray.remote(EvaluationWorker)
+        self._workers = [
+            actor.options(num_cpus=self.cpus_per_trial, num_gpus=self.gpus_per_trial).remote(
+                threads=max(1, int(self.cpus_per_trial))
+            )
+            for _ in range(self.num_workers)
+        ]
+        try:
+            pids = ray.get([w.ready.remote() for w in self._workers], timeout=self.ready_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RayResourceError(
+                f"{self.num_workers} worker(s) with {self.cpus_per_trial} CPU / {self.gpus_per_trial} GPU each could "
+                f"not be scheduled within {self.ready_timeout_s:g} s (cluster: {ray.cluster_resources()})"
+            ) from None
+        self._free = Queue(actor_options={"num_cpus": 0})
+        for index in range(len(self._workers)):
+            self._free.put(index)
+        log.info("Ray workers ready (pids %s)", pids)
+
+    # -- Runner protocol -------------------------------------------------------------------------
+    def evaluate_batch(
+        self,
+        spec: EvaluationSpec,
+        candidates: Sequence[Candidate],
+        thresholds: tuple | None = None,
+        on_result: OnResult | None = None,
+    ) -> list[Measurement]:
+        """Measure `candidates` as one Tune run; returns measurements in candidate order.
+
+        on_result(candidate, measurement) is called in this process as each trial reports (the job
+        stores measurements the moment they exist, so an interrupted batch keeps its finished part).
+        """
+        unique = list(dict.fromkeys(candidates))
+        if not unique:
+            return []
+        from ray import tune  # noqa: PLC0415
+
+        self._ensure_workers()
+        self._batches += 1
+        results: dict[Candidate, Measurement] = {}
+
+        class Collect(tune.Callback):
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                candidate = candidate_from_dict(trial.config["candidate"])
+                if candidate in results:
+                    return
+                measurement = measurement_from_dict(json.loads(result["measurement_json"]))
+                results[candidate] = measurement
+                if on_result is not None:
+                    on_result(candidate, measurement)
+
+        pool = {"workers": self._workers, "free": self._free}
+        trainable = tune.with_resources(tune.with_parameters(_trial, pool=pool), {"cpu": TRIAL_CPUS})
+        tuner = tune.Tuner(
+            trainable,
+            param_space={
+                "candidate": tune.grid_search([candidate_to_dict(c) for c in unique]),
+                "spec": spec_to_dict(spec),
+                "thresholds": None if thresholds is None else list(thresholds),
+            },
+            tune_config=tune.TuneConfig(max_concurrent_trials=self.num_workers, reuse_actors=True,
+                                        trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}"),
+            run_config=tune.RunConfig(
+                name=f"{spec.split}-batch-{self._batches:03d}",
+                storage_path=str(self.storage_path),
+                verbose=0,
+                callbacks=[Collect()],
+            ),
+        )
+        start = time.perf_counter()
+        grid = tuner.fit()
+        errors = [r.error for r in grid if r.error is not None]
+        if errors:
+            first = str(errors[0]).strip().splitlines()
+            raise RuntimeError(f"{len(errors)} of {len(unique)} Ray trial(s) failed: {first[-1] if first else errors[0]!r}")
+        missing = [c.label for c in unique if c not in results]
+        if missing:
+            raise RuntimeError(f"Ray trials finished without reporting {missing}")
+        log.info("ray batch %d: %d configurations on %d workers in %.1f s",
+                 self._batches, len(unique), self.num_workers, time.perf_counter() - start)
+        return [results[c] for c in candidates]
+
+    def close(self) -> None:
+        """Stop the workers, and the local Ray if this runner started it."""
+        import ray  # noqa: PLC0415
+
+        if not ray.is_initialized():
+            return
+        for actor in [*self._workers, self._free.actor if self._free is not None else None]:
+            if actor is not None:
+                try:
+                    ray.kill(actor)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        self._workers, self._free = [], None
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self) -> RayRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

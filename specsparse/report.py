@@ -1,0 +1,508 @@
+"""The paper's tables and figures, rebuilt from job outputs and the results store (or W&B runs).
+
+    records = find_jobs(["outputs/multirun/2025-01-01_10-00-00"])   # every summary.json below
+    paths = build_report(records, out_dir="outputs/report", stores=["outputs/store.sqlite"])
+
+Table 1 (per domain, TSS): native vs TSS accept length, metric, tokens/s, speedup and the share of
+layers skipped, from the held-out test evaluation of each domain's latest job of the TSS strategy
+(`strategy`, default "bfs").
+Table 2 (per domain and strategy): selected skip set, accept length A, metric M, cost, configurations
+measured and search wall time.
+Each table is written as Markdown, LaTeX and CSV. Figures (PNG): the Pareto front per domain (A vs M,
+cost as colour, selected configuration marked) from the job's measurements.csv, and the single-layer
+skip ablation (change in A and M per skipped layer, per domain) from the store's single-layer
+measurements. A metric that does not exist (domains without references) shows as "n/a", never 0.
+
+`merge_config_maps` joins the per-job domain config maps into the one multi-domain map the runtime
+controller reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, write_config_map
+from specsparse.store import SCALAR_FIELDS, ResultsStore, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+NA = "n/a"
+
+
+class ReportError(ValueError):
+    """Nothing to report from, or inputs that do not fit together (one-line message)."""
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+@dataclass
+class JobRecord:
+    """One finished job: its summary.json, and reproduce.json / config map when there is a folder."""
+
+    summary: dict[str, Any]
+    directory: Path | None = None
+    reproduce: dict[str, Any] = field(default_factory=dict)
+    source: str = "outputs"
+
+    @property
+    def domain(self) -> str:
+        return self.summary["domain"]
+
+    @property
+    def strategy(self) -> str:
+        return self.summary["strategy"]
+
+    @property
+    def model(self) -> str:
+        model = self.reproduce.get("model")
+        if isinstance(model, dict):
+            return str(model.get("name") or model.get("source"))
+        return str(model or self.summary.get("model") or "model")
+
+    @property
+    def drafter(self) -> str | None:
+        return self.reproduce.get("drafter") or self.summary.get("drafter")
+
+    @property
+    def num_layers(self) -> int | None:
+        n = self.reproduce.get("num_layers") or self.summary.get("num_layers")
+        if n is None and isinstance(self.reproduce.get("model"), dict):
+            n = self.reproduce["model"].get("num_layers")
+        if n is None and self.directory is not None and (self.directory / "config_map.yaml").is_file():
+            n = load_config_map(self.directory / "config_map.yaml").num_layers
+        return n
+
+    @property
+    def order(self) -> str:
+        """Sorts jobs by time (latest last)."""
+        finished = self.reproduce.get("finished") or self.summary.get("finished") or ""
+        if not finished and self.directory is not None:
+            finished = str((self.directory / "summary.json").stat().st_mtime)
+        return str(finished)
+
+
+def find_jobs(paths: Iterable[str | os.PathLike]) -> list[JobRecord]:
+    """Every job (summary.json) under `paths` (folders searched recursively, or summary.json files)."""
+    files: list[Path] = []
+    for path in paths:
+        p = Path(path)
+        if p.is_file() and p.name == "summary.json":
+            files.append(p)
+        elif p.is_dir():
+            files.extend(f for f in sorted(p.rglob("summary.json")) if not {"wandb", "ray_tune"} & set(f.parts))
+        else:
+            raise ReportError(f"{p}: no such job folder or summary.json")
+    records = []
+    for file in dict.fromkeys(f.resolve() for f in files):
+        summary = json.loads(file.read_text())
+        if "domain" not in summary or "strategy" not in summary:
+            continue
+        reproduce_file = file.parent / "reproduce.json"
+        reproduce = json.loads(reproduce_file.read_text()) if reproduce_file.is_file() else {}
+        records.append(JobRecord(summary, file.parent, reproduce))
+    return sorted(records, key=lambda r: r.order)
+
+
+def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
+    """Jobs from W&B runs of `entity/project` (their summaries are the jobs' summary.json)."""
+    import wandb  # noqa: PLC0415
+
+    api = wandb.Api(timeout=timeout)
+    records = []
+    for run in api.runs(path):
+        summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
+        if "domain" not in summary or "strategy" not in summary:
+            continue
+        summary = json.loads(json.dumps(summary, default=str))
+        reproduce = {"model": summary.get("model"), "num_layers": summary.get("num_layers"),
+                     "finished": str(run.created_at)}
+        records.append(JobRecord(summary, None, reproduce, source=f"wandb:{run.path}"))
+    return sorted(records, key=lambda r: r.order)
+
+
+def read_measurements(path: str | os.PathLike) -> pd.DataFrame | None:
+    """A job's measurements.csv as a DataFrame (metric NaN where undefined), or None if missing."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    for column in ("early_stopped", "feasible", "pareto", "selected"):
+        if column in frame:
+            frame[column] = frame[column].astype(str).str.lower().eq("true")
+    return frame
+
+
+# -- selecting jobs --------------------------------------------------------------------------------
+def latest(records: Iterable[JobRecord], *keys: str) -> dict[tuple, JobRecord]:
+    """The latest record per key tuple (attribute names of JobRecord)."""
+    chosen: dict[tuple, JobRecord] = {}
+    for record in sorted(records, key=lambda r: r.order):
+        chosen[tuple(getattr(record, k) for k in keys)] = record
+    return chosen
+
+
+def tss_jobs(records: Sequence[JobRecord], strategy: str = "bfs") -> dict[tuple, JobRecord]:
+    """Latest job per (model, domain) of `strategy`; domains with none fall back to their latest job."""
+    picked = latest([r for r in records if r.strategy == strategy], "model", "domain")
+    for key, record in latest(records, "model", "domain").items():
+        if key not in picked:
+            log.warning("no %s job for %s/%s: using its latest %s job", strategy, *key, record.strategy)
+            picked[key] = record
+    return dict(sorted(picked.items()))
+
+
+# -- tables ----------------------------------------------------------------------------------------
+def _split_numbers(summary: dict[str, Any]) -> tuple[str, dict | None, dict | None]:
+    test = summary.get("test") or {}
+    if test.get("dense") and test.get("selected"):
+        return "test", test["dense"], test["selected"]
+    calibration = summary.get("calibration") or {}
+    return "calibration", calibration.get("dense"), calibration.get("selected")
+
+
+def _get(m: dict | None, key: str) -> float | None:
+    if not m:
+        return None
+    value = m.get(key)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
+    """Per domain: native vs TSS accept length, metric, tokens/s, speedup, skipped-layer ratio."""
+    rows = []
+    for (model, domain), record in tss_jobs(records, strategy).items():
+        s = record.summary
+        split, dense, selected = _split_numbers(s)
+        skip = s.get("selected_skip_layers") or []
+        n = record.num_layers
+        speedup = s.get("speedup_test") if split == "test" else None
+        if speedup is None and _get(dense, "tokens_per_s") and _get(selected, "tokens_per_s") is not None:
+            speedup = selected["tokens_per_s"] / dense["tokens_per_s"]
+        rows.append({
+            "model": model,
+            "domain": domain,
+            "strategy": record.strategy,
+            "split": split,
+            "accept_native": _get(dense, "accept_length"),
+            "accept_tss": _get(selected, "accept_length"),
+            "metric_native": _get(dense, "metric"),
+            "metric_tss": _get(selected, "metric"),
+            "tokens_per_s_native": _get(dense, "tokens_per_s"),
+            "tokens_per_s_tss": _get(selected, "tokens_per_s"),
+            "speedup": speedup,
+            "skipped_layers": json.dumps(skip),
+            "skipped_ratio": (len(skip) / n) if n else None,
+        })
+    return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
+
+
+TABLE1_COLUMNS = ["model", "domain", "strategy", "split", "accept_native", "accept_tss", "metric_native", "metric_tss",
+                  "tokens_per_s_native", "tokens_per_s_tss", "speedup", "skipped_layers", "skipped_ratio"]
+TABLE2_COLUMNS = ["model", "domain", "strategy", "split", "selected_skip_layers", "accept", "metric", "cost_ms_per_token",
+                  "configurations", "new_measurements", "search_wall_time_s"]
+
+
+def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
+    """Per domain and strategy: selected skip set, A, M, cost, configurations measured, search time.
+
+    configurations: configurations the search evaluated (new measurements plus store hits);
+    new_measurements and search_wall_time_s count only the job's own run.
+    """
+    rows = []
+    for (model, domain, strategy), record in sorted(latest(records, "model", "domain", "strategy").items()):
+        s = record.summary
+        split, _, selected = _split_numbers(s)
+        cost = s["search_cost"]
+        label = json.dumps(s.get("selected_skip_layers") or [])
+        if s.get("selected_vocab_size") is not None:
+            label += f" vocab={s['selected_vocab_size']}"
+        rows.append({
+            "model": model,
+            "domain": domain,
+            "strategy": strategy,
+            "split": split,
+            "selected_skip_layers": label,
+            "accept": _get(selected, "accept_length"),
+            "metric": _get(selected, "metric"),
+            "cost_ms_per_token": None if _get(selected, "cost") is None else 1000 * selected["cost"],
+            "configurations": cost["configurations_measured"] + cost.get("cache_hits", 0),
+            "new_measurements": cost["configurations_measured"],
+            "search_wall_time_s": cost.get("wall_time_s"),
+        })
+    return pd.DataFrame(rows, columns=TABLE2_COLUMNS)
+
+
+# -- formatting ------------------------------------------------------------------------------------
+DIGITS = {"speedup": 2, "skipped_ratio": 3, "tokens_per_s_native": 1, "tokens_per_s_tss": 1,
+          "cost_ms_per_token": 2, "search_wall_time_s": 1}
+
+
+def format_cell(column: str, value: Any) -> str:
+    """Text of one cell: None / NaN -> "n/a" (never 0), floats rounded per column."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    if isinstance(value, float):
+        text = f"{value:.{DIGITS.get(column, 3)}f}"
+        return text + "x" if column == "speedup" else text
+    return str(value)
+
+
+def _text_rows(frame: pd.DataFrame) -> list[list[str]]:
+    return [[format_cell(c, v) for c, v in zip(frame.columns, row)] for row in frame.astype(object).values.tolist()]
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cells) + " |" for cells in _text_rows(frame)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+_LATEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+          "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _latex_escape(text: str) -> str:
+    return "".join(_LATEX.get(ch, ch) for ch in text)
+
+
+def to_latex(frame: pd.DataFrame, caption: str = "") -> str:
+    align = "".join("r" if pd.api.types.is_numeric_dtype(frame[c]) else "l" for c in frame.columns)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+             " & ".join(_latex_escape(c) for c in frame.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(_latex_escape(cell) for cell in cells) + r" \\" for cells in _text_rows(frame)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if caption:
+        lines.append(rf"\caption{{{_latex_escape(caption)}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    return frame.astype(object).where(frame.notna(), NA).to_csv(index=False)
+
+
+def write_table(frame: pd.DataFrame, base: Path, caption: str = "") -> list[Path]:
+    """<base>.md, <base>.tex and <base>.csv."""
+    return [
+        atomic_write_text(base.with_suffix(".md"), to_markdown(frame)),
+        atomic_write_text(base.with_suffix(".tex"), to_latex(frame, caption)),
+        atomic_write_text(base.with_suffix(".csv"), to_csv(frame)),
+    ]
+
+
+# -- figures ---------------------------------------------------------------------------------------
+def _figure(width: float = 6.0, height: float = 4.5):
+    from matplotlib.figure import Figure  # noqa: PLC0415 - no pyplot: no GUI backend, thread-safe
+
+    return Figure(figsize=(width, height), dpi=120)
+
+
+def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
+    """Scatter of one search's configurations: accept length vs metric, cost as colour; Pareto points
+    ringed, the selected configuration a red star, dense a black square. Without a metric (domain
+    without references) the y axis is the cost instead."""
+    data = frame[~frame["early_stopped"]] if "early_stopped" in frame else frame
+    fig = _figure()
+    ax = fig.subplots()
+    has_metric = data["metric"].notna().any()
+    y_column, y_label = ("metric", "task metric M") if has_metric else ("cost", "cost (s / token; metric n/a)")
+    points = ax.scatter(data["accept_length"], data[y_column], c=data["cost"] * 1000, cmap="viridis", s=28, zorder=2)
+    fig.colorbar(points, ax=ax, label="cost (ms / token)")
+    front = data[data["pareto"]] if "pareto" in data else data.iloc[0:0]
+    ax.scatter(front["accept_length"], front[y_column], facecolors="none", edgecolors="black", s=90, linewidths=1.2,
+               label="Pareto front (feasible)", zorder=3)
+    dense = data[data["num_skipped"].eq(0) & data["vocab_size"].isna()] if "num_skipped" in data else data.iloc[0:0]
+    ax.scatter(dense["accept_length"], dense[y_column], marker="s", color="black", s=50, label="dense", zorder=4)
+    selected = data[data["selected"]] if "selected" in data else data.iloc[0:0]
+    ax.scatter(selected["accept_length"], selected[y_column], marker="*", color="red", s=220, label="selected", zorder=5)
+    for _, row in selected.iterrows():
+        ax.annotate(row["label"], (row["accept_length"], row[y_column]), textcoords="offset points", xytext=(6, 6),
+                    fontsize=8)
+    ax.set_xlabel("accept length A (tokens per verification)")
+    ax.set_ylabel(y_label)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def single_layer_ablation(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Change in accept length and metric when one layer is skipped, per (model, domain).
+
+    From calibration measurements in the store(s): within one description (same model, drafter,
+    prompts, generation settings, ...), every single-layer skip is compared with the dense
+    measurement. Per (model, domain) the description with the most single-layer measurements is used.
+    """
+    ignore = {"key", "created", "search", "early_stop_thresholds", "candidate.skip_layers", "candidate.vocab_size",
+              *SCALAR_FIELDS}
+    groups: dict[tuple, dict[str, Any]] = {}
+    for store_path in stores:
+        if not Path(store_path).is_file():
+            continue
+        with ResultsStore(store_path) as store:
+            rows = store.rows(split="calibration")
+        for row in rows:
+            skip = row.get("candidate.skip_layers")
+            if row.get("candidate.vocab_size") is not None or row.get("early_stopped") or skip is None or len(skip) > 1:
+                continue
+            description = tuple(sorted((k, v) for k, v in row.items() if k not in ignore and not k.startswith("meta.")))
+            group = groups.setdefault(description, {"dense": None, "singles": {}, "row": row, "created": 0.0})
+            group["created"] = max(group["created"], row["created"])
+            if len(skip) == 0:
+                group["dense"] = row
+            else:
+                group["singles"][skip[0]] = row
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for group in groups.values():
+        if group["dense"] is None or not group["singles"]:
+            continue
+        row = group["row"]
+        key = (str(row.get("model")), str(row.get("domain.name")))
+        current = best.get(key)
+        if current is None or (len(group["singles"]), group["created"]) > (len(current["singles"]), current["created"]):
+            best[key] = group
+    out = []
+    for (model, domain), group in sorted(best.items()):
+        dense = group["dense"]
+        for layer, row in sorted(group["singles"].items()):
+            metric, metric0 = row.get("metric"), dense.get("metric")
+            out.append({
+                "model": model,
+                "domain": domain,
+                "layer": layer,
+                "accept_length": row["accept_length"],
+                "metric": metric,
+                "dense_accept_length": dense["accept_length"],
+                "dense_metric": metric0,
+                "delta_accept": row["accept_length"] - dense["accept_length"],
+                "delta_metric": None if metric is None or metric0 is None else metric - metric0,
+            })
+    return pd.DataFrame(out, columns=["model", "domain", "layer", "accept_length", "metric", "dense_accept_length",
+                                      "dense_metric", "delta_accept", "delta_metric"])
+
+
+def plot_ablation(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
+    """Two panels: change in accept length and in metric per skipped layer, one line per domain."""
+    fig = _figure(7.5, 6.0)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for domain, rows in frame.groupby("domain", sort=True):
+        top.plot(rows["layer"], rows["delta_accept"], marker="o", ms=3, label=domain)
+        metric = rows.dropna(subset=["delta_metric"])
+        if len(metric):
+            bottom.plot(metric["layer"], metric["delta_metric"], marker="o", ms=3, label=domain)
+    for ax, label in ((top, "Δ accept length"), (bottom, "Δ metric (n/a domains omitted)")):
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bottom.set_xlabel("skipped layer")
+    top.legend(fontsize=8, ncol=2)
+    top.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+# -- config maps -----------------------------------------------------------------------------------
+def merge_config_maps(records: Sequence[JobRecord], strategy: str = "bfs") -> tuple[ConfigMap, dict[str, list[int]]]:
+    """One config map over every domain (each domain's latest `strategy` job, else its latest job),
+    plus the trimmed draft vocabularies {domain: ids} of the jobs that have one."""
+    jobs = [r for r in tss_jobs([r for r in records if r.directory is not None], strategy).values()]
+    if not jobs:
+        raise ReportError("no job folder with a config map to merge")
+    maps = []
+    for record in jobs:
+        try:
+            maps.append((record, load_config_map(record.directory / "config_map.yaml")))
+        except ConfigMapError as err:
+            raise ReportError(str(err)) from None
+    models = {(cm.model, cm.num_layers) for _, cm in maps}
+    if len(models) > 1:
+        raise ReportError(f"jobs of different models cannot share one config map: {sorted(models)}; pass the folders of one model")
+    drafters = {cm.drafter for _, cm in maps}
+    if len(drafters) > 1:
+        log.warning("merged jobs used different drafters %s: the map names %s", sorted(map(str, drafters)), maps[0][1].drafter)
+    domains, vocab = {}, {}
+    for record, cm in maps:
+        domains.update(cm.domains)
+        vocab_file = record.directory / "draft_vocab.json"
+        if vocab_file.is_file():
+            vocab.update(json.loads(vocab_file.read_text()))
+    model, num_layers = next(iter(models))
+    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())),
+                     drafter=maps[0][1].drafter), vocab
+
+
+# -- everything ------------------------------------------------------------------------------------
+def build_report(
+    records: Sequence[JobRecord],
+    out_dir: str | os.PathLike,
+    stores: Iterable[str | os.PathLike] = (),
+    strategy: str = "bfs",
+    merge_config_map: str | os.PathLike | None = None,
+    plots: bool = True,
+) -> dict[str, list[Path]]:
+    """Write tables, figures, report.md and (optionally) the merged config map; returns what was written."""
+    if not records:
+        raise ReportError("no finished jobs found (no summary.json): pass job or multirun folders")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, list[Path]] = {}
+    t1, t2 = table1(records, strategy), table2(records)
+    written["table1"] = write_table(t1, out / "table1", "Native vs TSS per domain (held-out test split)")
+    written["table2"] = write_table(t2, out / "table2", "Search strategies per domain")
+    sections = ["# specsparse report", "", f"{len(records)} job(s).", "",
+                "## Table 1: native vs TSS per domain", "", to_markdown(t1),
+                "## Table 2: search strategies per domain", "", to_markdown(t2)]
+    if plots:
+        written["pareto"] = []
+        multiple_models = len({r.model for r in records}) > 1
+        for (model, domain), record in tss_jobs(records, strategy).items():
+            frame = read_measurements(record.directory / "measurements.csv") if record.directory else None
+            if frame is None or frame.empty:
+                continue
+            name = f"pareto_{model}_{domain}.png" if multiple_models else f"pareto_{domain}.png"
+            written["pareto"].append(plot_pareto(frame, f"{domain}: {record.strategy} on {model}", out / name))
+        if written["pareto"]:
+            sections += ["## Pareto fronts", ""] + [f"![{p.stem}]({p.name})" for p in written["pareto"]] + [""]
+        stores = list(dict.fromkeys(
+            [str(Path(s).resolve()) for s in stores]
+            + [r.reproduce["store"] for r in records if r.reproduce.get("store")]
+        ))
+        ablation = single_layer_ablation(stores)
+        written["ablation"] = []
+        if not ablation.empty:
+            written["ablation"].append(atomic_write_text(out / "ablation_single_layer.csv", to_csv(ablation)))
+            for model, rows in ablation.groupby("model", sort=True):
+                name = "ablation_single_layer.png" if ablation["model"].nunique() == 1 else f"ablation_single_layer_{model}.png"
+                written["ablation"].append(plot_ablation(rows, f"single-layer skips on {model}", out / name))
+            sections += ["## Single-layer skip ablation", ""] + [
+                f"![{p.stem}]({p.name})" for p in written["ablation"] if p.suffix == ".png"] + [""]
+    if merge_config_map is not None:
+        config_map, vocab = merge_config_maps(records, strategy)
+        paths = list(write_config_map(merge_config_map, config_map))
+        if vocab:
+            base = Path(merge_config_map)
+            base = base.with_suffix("") if base.suffix in (".yaml", ".yml", ".json") else base
+            paths.append(atomic_write_text(base.parent / f"{base.name}_vocab.json", json.dumps(vocab)))
+        written["config_map"] = paths
+        sections += ["## Merged config map", "", f"{paths[0]} ({', '.join(config_map.domains)})", ""]
+    written["report"] = [atomic_write_text(out / "report.md", "\n".join(sections))]
+    return written

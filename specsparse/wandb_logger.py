@@ -1,0 +1,213 @@
+"""Weights & Biases view of a job (the results store stays the source of truth).
+
+One W&B run per job, grouped by experiment and tagged with model / drafter / domain / search. It logs
+every measurement as it arrives (`on_measurement`, the `run_job` callback), then the measured
+configurations and the Pareto front as tables, an accept-length-vs-metric scatter plot (cost as
+colour), the domain config map as an artifact, and the job's final numbers in `run.summary`
+(the same dict as summary.json, which is what `specsparse report --wandb` reads back).
+
+Modes: "offline" (default: files under <job dir>/wandb/offline-run-*, upload later with `wandb sync`),
+"online" (needs an API key: `wandb login` or WANDB_API_KEY), "disabled". Logging never blocks or
+fails a job: no key, an unreachable server or any W&B error gives a warning and offline mode (or,
+failing that, no W&B run at all).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import netrc
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from specsparse.types import Candidate, Measurement
+
+log = logging.getLogger(__name__)
+
+MODES = ("offline", "online", "disabled")
+
+
+def has_api_key() -> bool:
+    """Whether W&B credentials exist here (WANDB_API_KEY, an identity token file, or a netrc entry)."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    try:
+        return bool(netrc.netrc(path).authenticators(host))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+class WandbLogger:
+    """W&B logging for one job at a time; see the module docstring.
+
+    mode: "offline", "online" or "disabled" (the config default reads $WANDB_MODE, else offline).
+    project, entity, group: where runs go; `group` defaults to the job's experiment name.
+    init_timeout: seconds `wandb.init` may wait for the server before falling back to offline.
+    """
+
+    def __init__(
+        self,
+        mode: str = "offline",
+        project: str = "specsparse",
+        entity: str | None = None,
+        group: str | None = None,
+        init_timeout: float = 15.0,
+    ):
+        self.check_options(mode=mode, init_timeout=init_timeout)
+        self.mode = mode
+        self.project = project
+        self.entity = entity
+        self.group = group
+        self.init_timeout = float(init_timeout)
+        self.run: Any = None
+        self.output_dir: Path | None = None
+        self._count = 0
+
+    @staticmethod
+    def check_options(mode: str = "offline", init_timeout: float = 15.0, **_: Any) -> None:
+        if mode not in MODES:
+            raise ValueError(f"logger.mode={mode!r}: use one of {', '.join(MODES)}")
+        if not init_timeout or init_timeout <= 0:
+            raise ValueError(f"logger.init_timeout must be > 0 seconds, got {init_timeout!r}")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(
+        self,
+        name: str,
+        output_dir: str | os.PathLike,
+        config: Mapping[str, Any] | None = None,
+        tags: Sequence[str] = (),
+        group: str | None = None,
+    ) -> None:
+        """Open the job's run (files under `output_dir`/wandb)."""
+        self.output_dir = Path(output_dir)
+        self._count = 0
+        mode = self.mode
+        if mode == "online" and not has_api_key():
+            log.warning("W&B: no API key found (run `wandb login` or set WANDB_API_KEY): logging offline instead")
+            mode = "offline"
+        try:
+            self.run = self._init(mode, name, config, tags, group)
+        except Exception as err:  # noqa: BLE001 - logging must never stop a job
+            if mode != "online":
+                log.warning("W&B: could not start a %s run (%s): continuing without W&B", mode, _first_line(err))
+                self.run = None
+                return
+            log.warning("W&B: could not reach the server (%s): logging offline instead", _first_line(err))
+            try:
+                self.run = self._init("offline", name, config, tags, group)
+            except Exception as err2:  # noqa: BLE001
+                log.warning("W&B: offline run failed too (%s): continuing without W&B", _first_line(err2))
+                self.run = None
+
+    def _init(self, mode: str, name: str, config, tags, group) -> Any:
+        import wandb  # noqa: PLC0415 - only jobs that log need it
+
+        settings = wandb.Settings(init_timeout=self.init_timeout, silent=True, console="off")
+        return wandb.init(
+            project=self.project,
+            entity=self.entity,
+            group=group or self.group,
+            name=name,
+            job_type="search",
+            tags=[t[:64] for t in tags],
+            config=dict(config or {}),
+            dir=str(self.output_dir),
+            mode=mode,
+            settings=settings,
+            reinit="finish_previous",
+        )
+
+    def close(self, ok: bool = True) -> None:
+        """Finish the run (exit code 1 when the job failed)."""
+        if self.run is None:
+            return
+        try:
+            self.run.finish(exit_code=0 if ok else 1)
+        except Exception as err:  # noqa: BLE001
+            log.warning("W&B: finishing the run failed (%s)", _first_line(err))
+        self.run = None
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run's local folder (e.g. <job>/wandb/offline-run-...)."""
+        if self.run is None:
+            return None
+        return Path(self.run.dir).parent
+
+    # -- logging ---------------------------------------------------------------------------------
+    def on_measurement(self, candidate: Candidate, measurement: Measurement, cached: bool) -> None:
+        """One point per configuration the search used (measured now or served by the store)."""
+        if self.run is None:
+            return
+        self._count += 1
+        m = measurement
+        data: dict[str, Any] = {
+            "measurement/index": self._count,
+            "measurement/accept_length": m.accept_length,
+            "measurement/cost": m.cost,
+            "measurement/flops_fraction": m.flops_fraction,
+            "measurement/tokens_per_s": m.tokens_per_s,
+            "measurement/num_skipped": len(candidate.skip_layers),
+            "measurement/cached": int(cached),
+            "measurement/early_stopped": int(m.early_stopped),
+        }
+        if m.metric is not None:
+            data["measurement/metric"] = m.metric
+        if candidate.vocab_size is not None:
+            data["measurement/vocab_size"] = candidate.vocab_size
+        self._safe(self.run.log, data)
+
+    def finish(self, job: Any, model: str | None = None, num_layers: int | None = None) -> None:
+        """Tables, the Pareto plot, the config map artifact and the summary of a finished job."""
+        if self.run is None:
+            return
+        import wandb  # noqa: PLC0415
+
+        from specsparse.report import plot_pareto, read_measurements  # noqa: PLC0415
+
+        out = Path(job.output_dir)
+        summary = job.summary()
+        summary.update(model=model, num_layers=num_layers)
+        frame = read_measurements(out / "measurements.csv")
+        payload: dict[str, Any] = {}
+        if frame is not None:
+            columns = ["label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric", "cost",
+                       "flops_fraction", "tokens_per_s", "early_stopped", "feasible", "pareto", "selected"]
+            rows = frame[columns].astype(object).where(frame[columns].notna(), None).values.tolist()
+            payload["measurements"] = wandb.Table(columns=columns, data=rows)
+            front = [r for r in rows if r[columns.index("pareto")]]
+            payload["pareto_front"] = wandb.Table(columns=columns, data=front)
+            png = plot_pareto(frame, f"{summary['domain']} ({summary['strategy']})", out / "pareto.png")
+            payload["pareto_plot"] = wandb.Image(str(png))
+        self._safe(self.run.log, payload)
+        artifact_files = [out / name for name in ("config_map.yaml", "config_map.json", "draft_vocab.json")]
+        artifact_files = [f for f in artifact_files if f.is_file()]
+        if artifact_files:
+            def log_artifact() -> None:
+                artifact = wandb.Artifact(
+                    f"config_map-{summary['domain']}", type="config_map",
+                    metadata={"model": model, "strategy": summary["strategy"], "skip_layers": summary["selected_skip_layers"]},
+                )
+                for file in artifact_files:
+                    artifact.add_file(str(file))
+                self.run.log_artifact(artifact)
+
+            self._safe(log_artifact)
+        self._safe(self.run.summary.update, json.loads(json.dumps(summary, default=str)))
+
+    def _safe(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as err:  # noqa: BLE001 - logging must never stop a job
+            log.warning("W&B: %s failed (%s)", getattr(fn, "__name__", "logging"), _first_line(err))
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

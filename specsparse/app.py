@@ -138,7 +138,7 @@ def build_plan(
     cwd: where relative paths in the config (data files, model files, the store) resolve from.
     choices: the group option chosen for each group (Hydra's runtime choices), used as short names.
     """
-    cwd_path = Path(cwd or os.getcwd()).resolve()
+    cwd_path = Path(os.path.abspath(cwd or os.getcwd()))
     missing = [g for g in GROUPS if g not in config]
     if missing:
         raise ConfigError(f"configuration lacks group(s) {missing}: compose it from conf/config.yaml")
@@ -175,8 +175,8 @@ def build_plan(
 
 
 def _absolute(path: str | os.PathLike, cwd: Path) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else (cwd / p).resolve()
+    # abspath, not resolve: keep the user's spelling of symlinked folders in records
+    return Path(os.path.abspath(Path(path).expanduser() if Path(path).expanduser().is_absolute() else cwd / path))
 
 
 def _looks_like_path(source: str) -> bool:

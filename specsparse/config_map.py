@@ -28,7 +28,7 @@ import io
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,6 +73,7 @@ class DomainConfig:
     dense: OperatingPoint
     alternatives: tuple[OperatingPoint, ...] = ()
     notes: tuple[str, ...] = ()
+    draft_vocab_ids: tuple[int, ...] | None = None  # the trimmed head's token ids (len == draft_vocab_size)
 
 
 def _now() -> str:
@@ -92,9 +93,12 @@ class ConfigMap:
 
 
 # -- building --------------------------------------------------------------------------------------
-def domain_config_from_result(domain: str, result: SearchResult, num_layers: int) -> DomainConfig:
+def domain_config_from_result(
+    domain: str, result: SearchResult, num_layers: int, draft_vocab_ids: Sequence[int] | None = None
+) -> DomainConfig:
     """The DomainConfig of a finished search: its selected configuration, dense baseline, alternatives
-    and notes. `domain` only labels errors and logs."""
+    and notes; `draft_vocab_ids` are the token ids of a trimmed draft head (the runtime needs them).
+    `domain` only labels errors and logs."""
     skip = result.selected.skip_layers
     if any(not 0 <= i < num_layers for i in skip):
         raise ValueError(f"domain {domain!r}: skip set {skip} out of range for {num_layers} layers")
@@ -110,10 +114,11 @@ def domain_config_from_result(domain: str, result: SearchResult, num_layers: int
         sparsity=len(skip) / num_layers,
         cost=m.cost,
         flops_fraction=m.flops_fraction,
-        draft_vocab_size=result.selected.vocab_size,
+        draft_vocab_size=len(draft_vocab_ids) if draft_vocab_ids is not None else result.selected.vocab_size,
         dense=point(result.baseline, result.dense),
         alternatives=tuple(point(c, am) for c, am in result.alternatives),
         notes=result.notes,
+        draft_vocab_ids=None if draft_vocab_ids is None else tuple(int(i) for i in draft_vocab_ids),
     )
     logger.info("domain %s: %s (A=%.3f, sparsity=%.3f)", domain, result.selected.label, cfg.accept_length, cfg.sparsity)
     return cfg
@@ -144,6 +149,7 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
                 "dense": _point_dict(d.dense),
                 "alternatives": [_point_dict(a) for a in d.alternatives],
                 "notes": list(d.notes),
+                "draft_vocab_ids": None if d.draft_vocab_ids is None else list(d.draft_vocab_ids),
             }
             for name, d in cm.domains.items()
         },
@@ -224,7 +230,7 @@ class _Checker:
     def domain(self, v: Any, where: str, num_layers: int) -> DomainConfig:
         required = {"skip_layers", "accept_length", "metric", "sparsity", "cost", "flops_fraction",
                     "draft_vocab_size", "dense"}
-        v = self.mapping(v, where, required, {"alternatives", "notes"})
+        v = self.mapping(v, where, required, {"alternatives", "notes", "draft_vocab_ids"})
         vocab = v["draft_vocab_size"]
         if vocab is not None and not (_is_int(vocab) and vocab >= 1):
             raise self.fail(f"{where}.draft_vocab_size", f"expected a positive integer or null, got {vocab!r}")
@@ -250,7 +256,17 @@ class _Checker:
                 self.point(a, f"{where}.alternatives[{i}]", num_layers) for i, a in enumerate(alternatives)
             ),
             notes=tuple(notes),
+            draft_vocab_ids=self.vocab_ids(v.get("draft_vocab_ids"), f"{where}.draft_vocab_ids", vocab),
         )
+
+    def vocab_ids(self, v: Any, where: str, size: int | None) -> tuple[int, ...] | None:
+        if v is None:
+            return None
+        if not isinstance(v, list) or not v or not all(_is_int(i) and i >= 0 for i in v) or len(set(v)) != len(v):
+            raise self.fail(where, "expected a non-empty list of distinct non-negative token ids or null")
+        if size is not None and len(v) != size:
+            raise self.fail(where, f"has {len(v)} ids but draft_vocab_size is {size}")
+        return tuple(v)
 
     def config_map(self, v: Any) -> ConfigMap:
         v = self.mapping(v, "top level", {"model", "num_layers", "domains"},

@@ -45,14 +45,22 @@ from specsparse.drafters import (
 from specsparse.engine import speculative_generate
 from specsparse.generation import encode_messages
 from specsparse.models import LoadedModel, load_model
-from specsparse.router import DomainRouter, RouterError, builtin_prompts, load_router, make_router, prompts_from_jsonl, routing_text
+from specsparse.router import (
+    DomainRouter,
+    RouterError,
+    builtin_prompts,
+    load_router,
+    make_router,
+    prompts_from_jsonl,
+    routing_text,
+)
 from specsparse.skipping import SkipSetError, validate_skip_layers
 from specsparse.types import GenerationConfig, GenerationResult
 
 log = logging.getLogger(__name__)
 
 Prompt = str | Sequence[Mapping[str, Any]]
-DrafterFactory = Callable[[LoadedModel, "list[int] | None"], "Drafter | None"]
+DrafterFactory = Callable[[LoadedModel, list[int] | None], Drafter | None]
 
 DRAFTERS: dict[str, type[Drafter]] = {
     cls.name: cls
@@ -99,9 +107,9 @@ class ControllerResult:
     prompt_tokens: int
     new_tokens: int
     finish_reason: str  # "stop" (end of sequence) or "length" (max_new_tokens reached)
-    tokens_per_s: float
-    routing_ms: float
-    total_ms: float
+    tokens_per_s: float  # new tokens / engine wall time
+    routing_ms: float  # router (or tag) decision
+    total_ms: float  # the whole call, including any wait for the model lock
     generation: GenerationResult = field(compare=False, repr=False)
 
 
@@ -202,7 +210,8 @@ class Controller:
             reason = f"router confidence {confidence:.2f} for {predicted!r} is below {self.min_confidence:.2f}"
             return Route(None, "fallback", confidence, reason, predicted)
         if predicted not in self.config_map.domains:
-            return Route(None, "fallback", confidence, f"routed domain {predicted!r} has no entry in the config map", predicted)
+            reason = f"routed domain {predicted!r} has no entry in the config map"
+            return Route(None, "fallback", confidence, reason, predicted)
         return Route(predicted, "classifier", confidence, predicted=predicted)
 
     def encode(self, prompt: Prompt, max_new_tokens: int = 0) -> list[int]:
@@ -227,8 +236,13 @@ class Controller:
         num_draft_tokens: int = 5,
         temperature: float = 0.0,
         seed: int = 0,
+        on_text: Callable[[str], None] | None = None,
     ) -> ControllerResult:
-        """Route `prompt` (a string = one user message, or chat messages) and generate the reply."""
+        """Route `prompt` (a string = one user message, or chat messages) and generate the reply.
+
+        on_text: called with each new piece of reply text as verification steps commit tokens
+        (streaming); the pieces concatenate to the final text.
+        """
         start = time.perf_counter()
         config = GenerationConfig(max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens,
                                   temperature=temperature, seed=seed)
@@ -241,9 +255,13 @@ class Controller:
             routing_ms = 1000 * (time.perf_counter() - tick)
             skip = self.config_map.domains[route.domain].skip_layers if route.domain else ()
             ids = self.vocab_ids.get(route.domain) if route.domain else None
+            stream = TextStream(self.target.tokenizer, on_text) if on_text is not None else None
             result = speculative_generate(self.target.model, prompt_ids, self._drafters[ids], config,
-                                          skip_layers=skip, eos_token_ids=self.target.eos_token_ids)
+                                          skip_layers=skip, eos_token_ids=self.target.eos_token_ids,
+                                          on_step=stream.step if stream else None)
         text = self.target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True)
+        if stream is not None:
+            stream.finish(text)
         ended = bool(result.new_token_ids) and result.new_token_ids[-1] in self.target.eos_token_ids
         total_ms = 1000 * (time.perf_counter() - start)
         log.info("domain=%s routed_by=%s skip=%s accept=%.2f tokens=%d %.0f ms", route.domain, route.routed_by,
@@ -267,7 +285,35 @@ class Controller:
         )
 
 
-def _validate(target: LoadedModel, cmap: ConfigMap, vocab_ids: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+class TextStream:
+    """Turns committed token steps into text deltas. A trailing partial UTF-8 character (decoded as
+    U+FFFD) is held back until the next step completes it."""
+
+    def __init__(self, tokenizer, on_text: Callable[[str], None]):
+        self.tokenizer = tokenizer
+        self.on_text = on_text
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def step(self, committed: list[int]) -> None:
+        self.ids.extend(committed)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return
+        self._emit(text)
+
+    def finish(self, text: str) -> None:
+        self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        if text.startswith(self.sent) and len(text) > len(self.sent):
+            self.on_text(text[len(self.sent):])
+            self.sent = text
+
+
+def _validate(
+    target: LoadedModel, cmap: ConfigMap, vocab_ids: Mapping[str, Sequence[int]]
+) -> dict[str, tuple[int, ...]]:
     """Check the map against the model; return the usable vocabulary ids per domain (sorted)."""
     name = target.identity.get("name", "target")
     if cmap.num_layers != target.num_layers:

@@ -12,7 +12,7 @@ step, so the accept lengths sum to the number of new tokens and plain decoding s
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -107,11 +107,13 @@ def speculative_generate(
     config: GenerationConfig = GenerationConfig(),
     skip_layers: Sequence[int] = (),
     eos_token_ids: Sequence[int] = (),
+    on_step: Callable[[list[int]], None] | None = None,
 ) -> GenerationResult:
     """Generate up to `config.max_new_tokens` tokens after `prompt_ids` (chat template applied).
 
     drafter None (or k = 0) is plain autoregressive decoding with the same loop.
     skip_layers: target layers skipped for this request (validated; () is the dense model).
+    on_step: called with the tokens committed by each verification step (for streaming).
     """
     if len(prompt_ids) == 0:
         raise ValueError("empty prompt: give at least one token")
@@ -152,6 +154,8 @@ def speculative_generate(
                 committed = committed[: stop_at + 1]
             new_tokens.extend(committed)
             accept_lengths.append(len(committed))
+            if on_step is not None:
+                on_step(committed)
             last = committed[-1]
             if stop_at is not None:
                 break

@@ -26,7 +26,7 @@ from specsparse.types import Candidate, GenerationConfig, Measurement
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("calibration", "test")
+SPLITS = ("calibration", "test", "all")  # "all": every example, unsplit (baselines, reports)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class DomainSpec:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}: use one of {SPLITS}")
         examples = load_examples(self.name, self.source, self.path, limit=self.limit, **self.options)
+        if split == "all":
+            return [ex for ex in examples if ex.id not in set(self.exclude_ids)]
         calibration, test = split_examples(examples, self.calibration_fraction, self.split_seed, self.exclude_ids)
         return calibration if split == "calibration" else test
 

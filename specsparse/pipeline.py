@@ -176,19 +176,18 @@ def run_job(
 
 
 def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
-    """config_map.{yaml,json}, measurements.csv, summary.json (and draft_vocab.json when trimmed)."""
+    """config_map.{yaml,json} (with the trimmed head's token ids when searched), measurements.csv, summary.json."""
     out = job.output_dir
     out.mkdir(parents=True, exist_ok=True)
     target = calibration.target
+    vocab_size = job.search.selected.vocab_size
+    vocab_ids = None if vocab_size is None else calibration.vocab_ids(vocab_size)
     config_map = ConfigMap(
         model=calibration.spec.model,
         num_layers=target.num_layers,
-        domains={job.domain: domain_config_from_result(job.domain, job.search, target.num_layers)},
+        domains={job.domain: domain_config_from_result(job.domain, job.search, target.num_layers, vocab_ids)},
         drafter=calibration.spec.drafter.name,
     )
     write_config_map(out / "config_map", config_map)
     write_measurements_csv(out / "measurements.csv", job.search)
-    if job.search.selected.vocab_size is not None:
-        ids = calibration.vocab_ids(job.search.selected.vocab_size)
-        atomic_write_text(out / "draft_vocab.json", json.dumps({job.domain: ids}))
     atomic_write_text(out / "summary.json", json.dumps(job.summary(), indent=2))

@@ -156,6 +156,9 @@ class RayRunner:
         base = Path(output_dir) if output_dir is not None else Path(tempfile.mkdtemp(prefix="specsparse-tune-"))
         self.storage_path = (base / "ray_tune").resolve()
         self._started_ray = False
+        # Tune's default console output (a box and result links per Tuner.fit) would repeat for every
+        # batch; the old reporter at verbose=0 prints nothing.
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         self._workers: list[Any] = []
         self._free: Any = None
         self._batches = 0

@@ -226,7 +226,9 @@ class HiddenStateRouter(DomainRouter):
 ROUTERS: dict[str, type[DomainRouter]] = {r.kind: r for r in (TfidfRouter, HiddenStateRouter)}
 
 
-def make_router(kind: str = "tfidf", target: LoadedModel | None = None, temperature: float | None = None) -> DomainRouter:
+def make_router(
+    kind: str = "tfidf", target: LoadedModel | None = None, temperature: float | None = None
+) -> DomainRouter:
     """An unfitted router of `kind` ("tfidf" or "hidden"; the latter needs the target)."""
     if kind == "tfidf":
         return TfidfRouter(temperature)
@@ -257,7 +259,9 @@ def load_router(path: str | os.PathLike, target: LoadedModel | None = None) -> D
     return router
 
 
-def builtin_prompts(split: str = "calibration", domains: Sequence[str] | None = None, seed: int = 0) -> dict[str, list[str]]:
+def builtin_prompts(
+    split: str = "calibration", domains: Sequence[str] | None = None, seed: int = 0
+) -> dict[str, list[str]]:
     """{domain: [routing text, ...]} of the built-in domains' calibration or test split (the same
     20% / 80% split the offline search uses), one text per example (all its user turns)."""
     from specsparse.data import DOMAINS, load_examples, split_examples  # noqa: PLC0415

@@ -15,7 +15,7 @@ Semantics of the subset:
 - Unknown fields, wrong types, malformed JSON, a prompt longer than the model's context (or the
   configured limit) answer 400 with `{"error": {"message", "type", "param", "code"}}`.
 - `stream: true` answers Server-Sent Events (`data: {chunk}\\n\\n`, ending with `data: [DONE]`). The
-  engine has no per-step hook, so the finished reply is streamed in word chunks; the last chunk
+  reply is streamed as verification steps commit tokens (one chunk per step); the last chunk
   carries `finish_reason`, `usage` and the `specsparse` object.
 - Every response carries `usage` and a `specsparse` object (domain, routed_by, confidence,
   skip_layers, accept_length, tokens_per_s, ...).
@@ -31,7 +31,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -102,7 +102,8 @@ def parse_request(body: dict[str, Any], kind: str, settings: ServerSettings) -> 
     max_tokens = body.get("max_tokens")
     max_tokens = min(settings.default_max_tokens, settings.max_tokens_limit) if max_tokens is None else max_tokens
     if not _is_int(max_tokens) or not 1 <= max_tokens <= settings.max_tokens_limit:
-        raise _invalid(f"'max_tokens' must be an integer in [1, {settings.max_tokens_limit}], got {max_tokens!r}", "max_tokens")
+        limit = settings.max_tokens_limit
+        raise _invalid(f"'max_tokens' must be an integer in [1, {limit}], got {max_tokens!r}", "max_tokens")
     temperature = body.get("temperature", 0.0)
     temperature = 0.0 if temperature is None else temperature
     if not _is_number(temperature) or not 0 <= temperature <= 2:
@@ -139,18 +140,14 @@ def _messages(value: Any) -> list[dict[str, str]]:
         if extra:
             raise _invalid(f"messages[{i}] has unknown field {extra[0]!r}", "messages")
         if message.get("role") not in ROLES:
-            raise _invalid(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {message.get('role')!r}", "messages")
+            roles = ", ".join(ROLES)
+            raise _invalid(f"messages[{i}].role must be one of {roles}, got {message.get('role')!r}", "messages")
         if not isinstance(message.get("content"), str):
             raise _invalid(f"messages[{i}].content must be a string", "messages")
         messages.append({"role": message["role"], "content": message["content"]})
     if messages[-1]["role"] == "assistant":
         raise _invalid("the last message must come from the user or the system", "messages")
     return messages
-
-
-def word_chunks(text: str) -> list[str]:
-    """Split text into word pieces that concatenate back to it: "a b  c" -> ["a ", "b  ", "c"]."""
-    return re.findall(r"^\s+|\S+\s*", text)
 
 
 def extension(result: ControllerResult) -> dict[str, Any]:
@@ -177,30 +174,57 @@ def usage(result: ControllerResult) -> dict[str, int]:
 def response_body(kind: str, result: ControllerResult, model: str, request_id: str, created: int) -> dict[str, Any]:
     """The non-streaming response of a chat or completion request."""
     if kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": result.text}, "finish_reason": result.finish_reason}
+        message = {"role": "assistant", "content": result.text}
+        choice = {"index": 0, "message": message, "finish_reason": result.finish_reason}
     else:
         choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": result.finish_reason}
     return {"id": request_id, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
             "model": model, "choices": [choice], "usage": usage(result), "specsparse": extension(result)}
 
 
-def stream_chunks(kind: str, result: ControllerResult, model: str, request_id: str, created: int) -> Iterator[dict[str, Any]]:
-    """The chunks of a streamed response: the reply in word pieces, then a final chunk with the
-    finish reason, usage and the `specsparse` object."""
-    head = {"id": request_id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-            "created": created, "model": model}
+class StreamWriter:
+    """Writes one streamed response as Server-Sent Events: headers and the role chunk on the first
+    piece of text, a chunk per verification step's new text, then the final chunk (finish reason,
+    usage, `specsparse` object) and `data: [DONE]`."""
 
-    def choice(piece: str | None, finish: str | None) -> dict[str, Any]:
-        if kind == "chat":
-            delta = {} if piece is None else {"content": piece}
-            return {"index": 0, "delta": delta, "finish_reason": finish}
+    def __init__(self, handler: BaseHTTPRequestHandler, kind: str, model: str, request_id: str, created: int):
+        self.handler = handler
+        self.kind = kind
+        self.head = {"id": request_id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+                     "created": created, "model": model}
+        self.started = False
+
+    def _choice(self, piece: str | None, finish: str | None) -> dict[str, Any]:
+        if self.kind == "chat":
+            return {"index": 0, "delta": {} if piece is None else {"content": piece}, "finish_reason": finish}
         return {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
 
-    if kind == "chat":
-        yield {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    for piece in word_chunks(result.text):
-        yield {**head, "choices": [choice(piece, None)]}
-    yield {**head, "choices": [choice(None, result.finish_reason)], "usage": usage(result), "specsparse": extension(result)}
+    def send_event(self, chunk: dict[str, Any] | str) -> None:
+        data = chunk if isinstance(chunk, str) else json.dumps(chunk)
+        self.handler.wfile.write(f"data: {data}\n\n".encode())
+        self.handler.wfile.flush()
+
+    def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        self.handler.send_response(200)
+        self.handler.send_header("Content-Type", "text/event-stream")
+        self.handler.send_header("Cache-Control", "no-cache")
+        self.handler.end_headers()
+        if self.kind == "chat":
+            self.send_event({**self.head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                  "finish_reason": None}]})
+
+    def text(self, piece: str) -> None:
+        self.start()
+        self.send_event({**self.head, "choices": [self._choice(piece, None)]})
+
+    def finish(self, result: ControllerResult) -> None:
+        self.start()
+        self.send_event({**self.head, "choices": [self._choice(None, result.finish_reason)], "usage": usage(result),
+                    "specsparse": extension(result)})
+        self.send_event("[DONE]")
 
 
 class SpecsparseServer(ThreadingHTTPServer):
@@ -223,7 +247,7 @@ class SpecsparseServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def generate(self, request: ApiRequest) -> ControllerResult:
+    def generate(self, request: ApiRequest, on_text: Callable[[str], None] | None = None) -> ControllerResult:
         """Run one request through the controller, or raise ApiError 503 when the queue is full."""
         if not self._slots.acquire(blocking=False):
             raise ApiError(503, f"server is busy: {self.settings.max_queue} requests are already waiting; retry later",
@@ -234,11 +258,13 @@ class SpecsparseServer(ThreadingHTTPServer):
             return self.controller.generate(
                 request.prompt, domain=request.domain, max_new_tokens=request.max_tokens,
                 num_draft_tokens=self.settings.num_draft_tokens, temperature=request.temperature, seed=request.seed,
+                on_text=on_text,
             )
         except UnknownDomainError as err:
             raise _invalid(str(err), "domain") from None
         except PromptTooLongError as err:
-            raise ApiError(400, str(err), param="messages", code="context_length_exceeded") from None
+            param = "messages" if isinstance(request.prompt, list) else "prompt"
+            raise ApiError(400, str(err), param=param, code="context_length_exceeded") from None
         finally:
             with self._count_lock:
                 self.in_flight -= 1
@@ -276,36 +302,33 @@ class RequestHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
         kinds = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+        writer: StreamWriter | None = None
         try:
             if path not in kinds:
                 raise ApiError(404, f"no such endpoint: POST {path}", "not_found_error")
             request = parse_request(self._read_json(), kinds[path], self.server.settings)
-            result = self.server.generate(request)
-        except ApiError as err:
-            self._send_error(err)
-            return
-        except Exception:  # a bug must not take the server down; the client gets a 500
-            log.exception("request to %s failed", path)
-            self._send_error(ApiError(500, "internal error while generating; see the server log", "server_error"))
-            return
-        kind, model = kinds[path], self.server.settings.model_name
-        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        if not request.stream:
-            self._send_json(200, response_body(kind, result, model, request_id, created))
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
-        try:
-            for chunk in stream_chunks(kind, result, model, request_id, created):
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+            kind, model = kinds[path], self.server.settings.model_name
+            request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+            created = int(time.time())
+            writer = StreamWriter(self, kind, model, request_id, created) if request.stream else None
+            result = self.server.generate(request, writer.text if writer else None)
+            if writer is not None:
+                writer.finish(result)
+            else:
+                self._send_json(200, response_body(kind, result, model, request_id, created))
         except (BrokenPipeError, ConnectionResetError):
             log.info("client went away during a stream")
+        except ApiError as err:
+            self._fail(err, writer)
+        except Exception:  # a bug must not take the server down; the client gets a 500
+            log.exception("request to %s failed", path)
+            self._fail(ApiError(500, "internal error while generating; see the server log", "server_error"), writer)
+
+    def _fail(self, err: ApiError, writer: StreamWriter | None) -> None:
+        if writer is not None and writer.started:  # status already sent: end the stream with an error event
+            writer.send_event({"error": {"message": err.message, "type": err.type}})
+            return
+        self._send_error(err)
 
     def _read_json(self) -> dict[str, Any]:
         length = self.headers.get("Content-Length")
@@ -350,7 +373,9 @@ def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 800
     return SpecsparseServer((host, port), controller, ServerSettings(name, max_queue, **settings))
 
 
-def serve(controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8, **settings: Any) -> None:
+def serve(
+    controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8, **settings: Any
+) -> None:
     """Serve until interrupted (Ctrl-C)."""
     server = make_server(controller, host, port, max_queue, **settings)
     log.info("serving %s on %s (domains: %s)", server.settings.model_name, server.url, ", ".join(controller.domains))

@@ -46,4 +46,5 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# One thread: tiny models are faster so, and a loaded machine's oversubscribed threads stall badly.
+torch.set_num_threads(1)

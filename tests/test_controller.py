@@ -212,18 +212,20 @@ def test_cli_generate_single_prompt_and_errors(map_file, capsys, tmp_path):
     assert "domain=math (tag) skip=[2, 3]" in err and "tokens=" in err
     assert main([*args, "--domain", "nope", MATH]) == 2
     assert main(["generate", "--config-map", str(tmp_path / "missing.yaml"), "--model", "tiny", "x"]) == 2
+    assert main(["serve", "--config-map", str(map_file), "--model", "tiny", "--drafter", "nope"]) == 2
     (tmp_path / "broken.yaml").write_text("model: tiny\nnum_layers: 4\n")
     assert main(["generate", "--config-map", str(tmp_path / "broken.yaml"), "--model", "tiny", "x"]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("specsparse: error:")]
-    assert len(lines) == 3 and "Traceback" not in err and "unknown domain 'nope'" in lines[0]
+    assert len(lines) == 4 and "Traceback" not in err and "unknown domain 'nope'" in lines[0]
 
 
 def test_cli_generate_prompts_file_summary(map_file, capsys, tmp_path):
     from specsparse.cli_runtime import main
 
     prompts = tmp_path / "prompts.jsonl"
-    records = [{"prompt": TRANSLATION}, {"turns": [MATH, "Now double it."], "domain": "math"}, {"prompt": "hi", "domain": "qa"}]
+    records = [{"prompt": TRANSLATION}, {"turns": [MATH, "Now double it."], "domain": "math"},
+               {"prompt": "hi", "domain": "qa"}]
     prompts.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     out_file = tmp_path / "out.jsonl"
     rc = main(["generate", "--config-map", str(map_file), "--model", "tiny", "--max-new-tokens", "4",

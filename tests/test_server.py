@@ -14,7 +14,7 @@ import torch
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
 from specsparse.controller import Controller, drafter_factory
 from specsparse.router import TfidfRouter, builtin_prompts
-from specsparse.server import make_server, word_chunks
+from specsparse.server import make_server
 
 TRANSLATION = "Translate German to English: Der Hund schläft im Garten."
 MATH = "A baker sells 12 muffins per tray and bakes 7 trays. How many muffins does she bake?"
@@ -106,6 +106,24 @@ def test_chat_streaming_equals_non_streaming(server):
     last = chunks[-1]
     assert last["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
     assert last["usage"] == plain["usage"] and last["specsparse"]["routed_by"] == "tag"
+    text_chunks = [c for c in chunks[1:-1] if c["choices"][0]["delta"].get("content")]
+    assert 1 <= len(text_chunks) <= plain["usage"]["completion_tokens"]
+
+
+def test_text_stream_sends_each_step_and_holds_back_split_characters():
+    from specsparse.controller import TextStream
+    from specsparse.models import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    pieces = []
+    stream = TextStream(tokenizer, pieces.append)
+    steps = [tokenizer("Hal").input_ids, tokenizer("lo ").input_ids]
+    euro = tokenizer("€!").input_ids  # 3 byte tokens + "!": split the character across two steps
+    steps += [euro[:2], euro[2:]]
+    for step in steps:
+        stream.step(step)
+    stream.finish(tokenizer.decode([t for step in steps for t in step]))
+    assert pieces == ["Hal", "lo ", "€!"]
 
 
 def test_completions_non_streaming_and_streaming(server, controller):
@@ -126,11 +144,6 @@ def test_health_and_models(server):
     assert health["max_queue"] == 8 and health["queued"] == 0
     status, models = call(server, "/v1/models")
     assert status == 200 and models["data"][0]["id"] == "tiny-test"
-
-
-def test_word_chunks_concatenate_back():
-    for text in ("", "one", "  two words\n\nthree ", "a b"):
-        assert "".join(word_chunks(text)) == text
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""The Hydra app: every option of every config group composes and validates into specs (no model
+loads), presets compose, and bad values fail before any model loads with one clear line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from specsparse.app import ConfigError, GROUPS, JobPlan, build_plan
+from specsparse.drafters.base import Drafter
+from specsparse.evaluation import locate
+from specsparse.search.base import LayerSkipSearch, SearchStrategy
+from specsparse.search.tpe_vocab import TPEVocabSearch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+HAS_CUDA = __import__("torch").cuda.is_available()
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def composed(overrides: list[str] = ()) -> dict:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def plan_for(overrides: list[str], tmp_path: Path) -> JobPlan:
+    return build_plan(composed(overrides), output_dir=tmp_path / "job", cwd=tmp_path)
+
+
+# -- composition -----------------------------------------------------------------------------------
+def test_groups_have_options():
+    for group in (*GROUPS, "experiment"):
+        assert options(group), f"conf/{group}/ is empty"
+    assert set(options("domain")) == {"translation", "summarization", "qa", "math", "rag", "mt_bench", "mmlu"}
+    assert set(options("search")) == {"bfs", "greedy", "random", "accept_only", "metric_only", "tpe_vocab"}
+    assert {"smollm2_135m", "gemma3_270m", "tiny", "vicuna_7b", "llama2_13b", "llama31_8b"} <= set(options("model"))
+
+
+def test_default_is_the_quickstart(tmp_path):
+    plan = plan_for([], tmp_path)
+    assert plan.experiment == "quickstart"
+    assert (plan.model.source, plan.model.dtype, plan.model.device) == ("smollm2-135m", "float32", "cpu")
+    assert plan.evaluation.domain.name == "translation" and plan.evaluation.domain.limit == 10
+    assert plan.evaluation.generation.max_new_tokens == 48
+    assert plan.search.target == "specsparse.search.bfs.BFSSearch"
+    assert plan.search.options["max_depth"] == 2 and plan.search.options["max_pool"] == 4
+    assert plan.store_path == tmp_path / "outputs" / "store.sqlite"
+    assert plan.output_dir.is_absolute()
+    assert plan.data["n_calibration"] == 2 and plan.data["n_test"] == 8
+
+
+def _companions(group: str, option: str) -> list[str]:
+    """Overrides an option needs to make sense on this machine (CPU models, LM-head drafters)."""
+    extra = []
+    if group == "model" and not HAS_CUDA:
+        extra.append("model.device=cpu")
+    if group == "search" and option == "tpe_vocab":
+        extra.append("drafter=self_skip")
+    return extra
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_group_option_validates(group, option, tmp_path, tiny):
+    overrides = [f"{group}={option}", "model=tiny" if group != "model" else "", *_companions(group, option)]
+    plan = plan_for([o for o in overrides if o], tmp_path)
+    if group == "model":
+        assert plan.model.name == option and plan.model.num_layers and plan.model.vocab_size
+    elif group == "drafter":
+        cls = locate(plan.evaluation.drafter.target)
+        assert issubclass(cls, Drafter)
+        drafter = plan.evaluation.drafter.build(tiny)  # instantiated for real on the tiny model
+        assert isinstance(drafter, cls)
+    elif group == "domain":
+        assert plan.evaluation.domain.name == option
+        assert plan.data["n_calibration"] >= 1 and plan.data["n_test"] >= 1
+    elif group == "search":
+        cls = locate(plan.search.target)
+        assert issubclass(cls, SearchStrategy)
+        if issubclass(cls, LayerSkipSearch):
+            strategy = cls(num_layers=tiny.num_layers, **plan.search.options)
+        else:
+            assert issubclass(cls, TPEVocabSearch)
+            strategy = cls(vocab_size=tiny.model.config.vocab_size, coverage=lambda k: 1.0,
+                           latency_reduction=lambda k: 0.0, **plan.search.options)
+        assert strategy.ask()  # proposes the dense baseline first
+    elif group == "runner":
+        assert hasattr(locate(plan.runner.target), "evaluate_batch")
+        if option == "local":
+            assert plan.runner.build().evaluate_batch
+    elif group == "logger":
+        if option == "none":
+            assert plan.logger is None
+        else:
+            logger = plan.logger.build()
+            assert logger.mode == "offline"  # tests run with WANDB_MODE=offline; the default is offline too
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_every_experiment_preset_validates(experiment, tmp_path):
+    plan = plan_for([f"experiment={experiment}"], tmp_path)
+    assert plan.experiment == experiment
+    assert (ROOT / "experiments" / experiment / "README.md").is_file()
+
+
+def test_preset_sweeps_and_any_search_combine(tmp_path):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=tss_main"], return_hydra_config=True)
+    assert "mmlu" in cfg.hydra.sweeper.params.domain
+    # Presets set shared settings (tss.*), so every layer-skip search works with every preset.
+    for search in ("bfs", "greedy", "random", "accept_only", "metric_only"):
+        plan = plan_for([f"search={search}", "experiment=strategy_comparison", "model=tiny"], tmp_path)
+        assert plan.search.options["max_depth"] == 3
+
+
+def test_command_line_group_choice_beats_the_preset(tmp_path):
+    plan = plan_for(["experiment=tss_main", "search=greedy", "model=tiny"], tmp_path)
+    assert plan.search.target.endswith("GreedySearch")
+
+
+def test_relative_paths_resolve_against_the_launch_directory(tmp_path, shared_data):
+    link = tmp_path / "data"
+    link.symlink_to(shared_data)
+    plan = plan_for(["model=tiny", "domain=math", "domain.source=gsm8k", "domain.path=data/gsm8k/test.jsonl",
+                     "domain.limit=20", "paths.outputs=out"], tmp_path)
+    assert plan.evaluation.domain.path == str(tmp_path / "data" / "gsm8k" / "test.jsonl")
+    assert plan.store_path == tmp_path / "out" / "store.sqlite"
+
+
+def test_library_never_imports_hydra():
+    code = ("import sys, specsparse.app, specsparse.report, specsparse.ray_runner, specsparse.wandb_logger, "
+            "specsparse.cli, specsparse.pipeline; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('hydra', 'omegaconf')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# -- bad values ------------------------------------------------------------------------------------
+BAD = [
+    (["drafter=self_skip", "drafter.skip_layers=[99]"], "drafter.skip_layers"),
+    (["drafter=self_skip", "drafter.skip_layers=[0,1,2,3]"], "drafter.skip_layers"),
+    (["search.protect_layers=[4]"], "search.protect_layers"),
+    (["domain.name=poetry"], "domain.name"),
+    (["domain.source=nowhere"], "domain.source"),
+    (["domain.source=gsm8k", "domain=math", "domain.path=/no/such/file.jsonl"], "domain.path"),
+    (["domain.limit=1"], "domain.limit"),
+    (["+search.max_width=3"], "max_width"),
+    (["search=tpe_vocab"], "self_skip"),
+    (["model.dtype=float8"], "model.dtype"),
+    (["generation.max_new_tokens=0"], "max_new_tokens"),
+    (["runner=ray", "runner.num_workers=0"], "num_workers"),
+    (["+runner.workers=3"], "workers"),
+    (["logger.mode=sometimes"], "logger.mode"),
+    (["drafter._target_=specsparse.drafters.nope.Nope"], "drafter._target_"),
+    (["search._target_=specsparse.types.Candidate"], "search._target_"),
+]
+
+
+@pytest.mark.parametrize("overrides,needle", BAD)
+def test_bad_values_raise_one_line_config_errors(overrides, needle, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        plan_for(["model=tiny", *overrides], tmp_path)
+    message = str(info.value)
+    assert needle in message and "\n" not in message
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU")
+def test_impossible_gpu_requests_fail_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError, match="GPU"):
+        plan_for(["model=tiny", "runner=ray", "runner.gpus_per_trial=1"], tmp_path)
+    with pytest.raises(ConfigError, match="CUDA"):
+        plan_for(["model=vicuna_7b"], tmp_path)
+
+
+def _run_app(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), f"paths.outputs={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'run'}",
+         *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["drafter=self_skip", "drafter.skip_layers=[99]"], "out of range"),
+    (["runner=ray", "runner.gpus_per_trial=1"], "GPU"),
+    (["domain.name=poetry"], "unknown"),
+])
+def test_run_py_prints_one_line_and_exits_before_the_model_loads(args, needle, tmp_path):
+    if HAS_CUDA and "gpus_per_trial" in str(args):
+        pytest.skip("this machine has a GPU")
+    done = _run_app(args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    # The default model is SmolLM2 from a GGUF converted into SPECSPARSE_CACHE on first load: nothing
+    # there means no model was loaded.
+    assert not (tmp_path / "cache").exists()
+    assert not (tmp_path / "out" / "store.sqlite").exists()
+
+
+def test_run_py_unknown_group_option_is_hydras_clear_error(tmp_path):
+    done = _run_app(["model=gpt5"], tmp_path)
+    assert done.returncode != 0
+    assert "Could not find 'model/gpt5'" in done.stderr and "smollm2_135m" in done.stderr

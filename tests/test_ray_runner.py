@@ -1,0 +1,179 @@
+"""The Ray Tune runner on CPU: same store keys, accept lengths and metrics as the local runner, models
+kept loaded between batches, fail-fast on GPUs that do not exist, and (slow) batch submission of a
+job to a Ray head started by the test."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from specsparse.evaluation import DomainSpec, EvaluationSpec
+from specsparse.pipeline import LocalRunner, SearchSpec, run_job
+from specsparse.ray_runner import RayResourceError, RayRunner, spec_from_dict, spec_to_dict
+from specsparse.store import ResultsStore
+from specsparse.types import Candidate, GenerationConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = EvaluationSpec(
+    model="tiny",
+    domain=DomainSpec("translation", limit=10),
+    generation=GenerationConfig(max_new_tokens=16),
+)
+# No max_pool: the pool is then every layer whose single skip passes (a rule on A and M only); a capped
+# pool is ranked with measured cost as a tie-break, a timing, which could differ between two runs.
+SEARCH = SearchSpec("specsparse.search.bfs.BFSSearch", {"max_depth": 2})
+
+
+@pytest.fixture
+def ray_token(monkeypatch):
+    """A token of our own: Ray's token auth then never writes ~/.ray/auth_token for these tests."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def test_spec_round_trips_through_a_plain_dict():
+    spec = EvaluationSpec(domain=DomainSpec("qa", exclude_ids=("a", "b"), options={"x": 1}))
+    assert spec_from_dict(spec_to_dict(spec)) == spec
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_request_on_a_machine_without_gpus_fails_before_ray_starts():
+    with pytest.raises(RayResourceError, match="GPU"):
+        RayRunner.check_options(num_workers=1, gpus_per_trial=1)
+
+
+def rows_by_key(store_path: Path) -> dict[str, tuple]:
+    with ResultsStore(store_path) as store:
+        return {r["key"]: (r["split"], r["candidate.skip_layers"], r["accept_length"], r["metric"]) for r in store.rows()}
+
+
+def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
+    local_store = ResultsStore(tmp_path / "local.sqlite")
+    local = run_job(SPEC, SEARCH, LocalRunner(progress=False), local_store, tmp_path / "local", progress=False)
+    local_store.close()
+
+    ray_store = ResultsStore(tmp_path / "ray.sqlite")
+    start = time.perf_counter()
+    runner = RayRunner(num_workers=2, output_dir=tmp_path / "ray")
+    try:
+        reported = []
+        remote = run_job(SPEC, SEARCH, runner, ray_store, tmp_path / "ray", progress=False)
+        # Same keys, same accept length and metric per configuration (costs are timings and differ).
+        # The selection picks the cheapest feasible configuration by measured cost, a timing, so it may
+        # differ between any two runs; the search's measurements and the dense test baseline may not.
+        ray_rows, local_rows = rows_by_key(tmp_path / "ray.sqlite"), rows_by_key(tmp_path / "local.sqlite")
+        calibration = {k: v for k, v in local_rows.items() if v[0] == "calibration"}
+        assert len(calibration) > 1 + 4
+        assert {k: v for k, v in ray_rows.items() if v[0] == "calibration"} == calibration
+        dense_test = {k: v for k, v in local_rows.items() if v[:2] == ("test", ())}
+        assert len(dense_test) == 1 and dense_test.items() <= ray_rows.items()
+        assert set(remote.search.feasible) == set(local.search.feasible)
+        assert len(list((tmp_path / "ray" / "ray_tune").glob("calibration-batch-*"))) == 3  # one Tune run per BFS level
+
+        # Measurements come back in candidate order (duplicates included) and are reported one by one.
+        batch = [Candidate((2,)), Candidate(), Candidate((2,))]
+        out = runner.evaluate_batch(SPEC, batch, on_result=lambda c, m: reported.append(c))
+        expected = LocalRunner(progress=False).evaluate_batch(SPEC, batch)
+        assert [(m.accept_length, m.metric) for m in out] == [(m.accept_length, m.metric) for m in expected]
+        assert sorted(reported, key=lambda c: c.skip_layers) == [Candidate(), Candidate((2,))]
+
+        # The same two worker processes served every batch (four Tune runs): the model stays loaded.
+        worker_pids = {r["worker_pid"] for r in _trial_results(tmp_path / "ray" / "ray_tune")}
+        assert len(worker_pids) == 2, worker_pids
+
+        # Joining a cluster without GPUs while asking for one fails at once instead of pending forever.
+        t0 = time.perf_counter()
+        with pytest.raises(RayResourceError, match="GPU"):
+            RayRunner(num_workers=1, gpus_per_trial=1, address="127.0.0.1:1")  # Ray is already connected
+        assert time.perf_counter() - t0 < 10
+    finally:
+        runner.close()
+        ray_store.close()
+    assert time.perf_counter() - start < 170
+
+
+def _trial_results(folder: Path) -> list[dict]:
+    import json  # noqa: PLC0415
+
+    out = []
+    for file in folder.rglob("result.json"):
+        out.extend(json.loads(line) for line in file.read_text().splitlines() if line.strip())
+    return out
+
+
+# -- cluster submission ----------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_cluster(temp_dir: Path) -> None:
+    """Stop the processes of the Ray head this test started (and only those), found by its temp dir."""
+    mine = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(temp_dir) in cmdline and int(proc.name) != os.getpid():
+            mine.append(int(proc.name))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in mine:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        time.sleep(2)
+
+
+@pytest.mark.slow
+def test_submit_a_sweep_to_a_ray_head(tmp_path):
+    temp_dir = Path(f"/tmp/ssray-{secrets.token_hex(3)}")  # short: Ray's socket paths must stay < 108 bytes
+    ports = {name: free_port() for name in ("port", "dashboard", "client", "node", "object", "metrics",
+                                             "agent_http", "agent_grpc", "runtime_env")}
+    token = secrets.token_hex(32)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "OMP_NUM_THREADS": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("RAY_ADDRESS", None)
+    ray = str(Path(sys.executable).with_name("ray"))
+    start = [
+        ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={ports['port']}",
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['dashboard']}",
+        f"--ray-client-server-port={ports['client']}", f"--node-manager-port={ports['node']}",
+        f"--object-manager-port={ports['object']}", f"--metrics-export-port={ports['metrics']}",
+        f"--dashboard-agent-listen-port={ports['agent_http']}", f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+        f"--runtime-env-agent-port={ports['runtime_env']}", "--num-cpus=3", f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    try:
+        subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
+        out = tmp_path / "out"
+        submit = [
+            sys.executable, "-m", "specsparse.cli", "submit", "--address", f"http://127.0.0.1:{ports['dashboard']}",
+            "--working-dir", str(ROOT), "--env", "OMP_NUM_THREADS=1", "--",
+            "python", "run.py", "-m", "model=tiny", "logger=none", "domain=translation,qa", "domain.limit=8",
+            "generation.max_new_tokens=12", "tss.max_depth=1", "evaluate_test=false", "progress=false",
+            "runner=ray", "runner.num_workers=1", f"paths.outputs={out}", f"hydra.sweep.dir={out / 'multirun'}",
+        ]
+        done = subprocess.run(submit, env=env, cwd=ROOT, capture_output=True, text=True, timeout=420)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "SUCCEEDED" in done.stdout + done.stderr
+        summaries = sorted((out / "multirun").glob("*/summary.json"))
+        assert [p.parent.name for p in summaries] == ["0_translation_bfs", "1_qa_bfs"]
+        assert (out / "store.sqlite").is_file()
+    finally:
+        stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)

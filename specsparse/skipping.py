@@ -59,6 +59,9 @@ class LayerSkipper:
         self.all_layers = decoder_layers(model)
         self.num_layers = len(self.all_layers)
         self._subsets: dict[tuple[int, ...], nn.ModuleList] = {(): self.all_layers}
+        # Some models (Gemma 3) pick each layer's mask and rotary embedding by its position in the list
+        # through config.layer_types, not by the layer itself: that list must shrink with the layers.
+        self.all_layer_types = getattr(self.base.config, "layer_types", None)
 
     def kept_layers(self, skip_layers: tuple[int, ...]) -> nn.ModuleList:
         if skip_layers not in self._subsets:
@@ -77,10 +80,15 @@ class LayerSkipper:
             return
         # Bypass nn.Module.__setattr__ bookkeeping: this runs on every forward.
         self.base._modules["layers"] = self.kept_layers(skip_layers)
+        if self.all_layer_types is not None:
+            skipped = set(skip_layers)
+            self.base.config.layer_types = [t for i, t in enumerate(self.all_layer_types) if i not in skipped]
         try:
             yield
         finally:
             self.base._modules["layers"] = self.all_layers
+            if self.all_layer_types is not None:
+                self.base.config.layer_types = self.all_layer_types
 
 
 def skipper_for(model: PreTrainedModel) -> LayerSkipper:
@@ -171,7 +179,9 @@ class SkipAwareCache(DynamicCache):
         return self.get_seq_length(layer_idx)
 
     def crop_to(self, length: int) -> None:
-        """Roll back to the first `length` positions (a no-op when already that short)."""
-        remove = self.get_seq_length() - length
-        if remove > 0:
-            self.crop(-remove)
+        """Roll back to the first `length` positions. Skipped layers hold nothing and are left alone;
+        sliding-window layers are cropped even by 0, which trims them back to their window."""
+        remove = max(self.get_seq_length() - length, 0)
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.crop(-remove)

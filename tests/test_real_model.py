@@ -5,7 +5,8 @@ import torch
 
 from specsparse.data import build_messages, get_domain, load_examples
 from specsparse.drafters import PromptLookupDrafter, SelfSkipDrafter, SuffixAutomatonDrafter
-from specsparse.engine import ModelSession, speculative_generate
+from specsparse.engine import speculative_generate
+from specsparse.session import ModelSession
 from specsparse.generation import encode_messages
 from specsparse.types import GenerationConfig
 

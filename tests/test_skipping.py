@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.engine import ModelSession
+from specsparse.session import ModelSession
 from specsparse.models import tiny_model
 from specsparse.skipping import SkipSetError, validate_skip_layers
 
@@ -90,3 +90,50 @@ def test_model_is_restored_after_skipping(model):
 def test_bad_skip_sets_fail_clearly(skip, message):
     with pytest.raises(SkipSetError, match=message):
         validate_skip_layers(skip, NUM_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def gemma_like():
+    """A tiny random Gemma 3 text model: sliding-window and full layers, picked by position in
+    config.layer_types, and a window shorter than the sequences below."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, sliding_window=4, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        initializer_range=0.3,
+    )
+    torch.manual_seed(0)
+    return Gemma3ForCausalLM(config).eval()
+
+
+@settings(max_examples=15, deadline=None)
+@given(skip=st.sets(st.integers(0, 3), max_size=3).map(lambda s: tuple(sorted(s))), data=st.data())
+def test_skip_equals_physical_removal_with_sliding_window_layers(gemma_like, skip, data):
+    tokens = data.draw(st.lists(st.integers(0, 63), min_size=8, max_size=20))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(tokens) - 1), max_size=3)))
+    chunks = [b - a for a, b in zip([0, *cuts], [*cuts, len(tokens)])]
+    pruned = physically_removed(gemma_like, skip)
+    with torch.inference_mode():
+        no_cache = pruned(input_ids=torch.tensor([tokens]), use_cache=False).logits[0]
+    torch.testing.assert_close(run_chunks(gemma_like, skip, tokens, chunks), no_cache, rtol=1e-4, atol=1e-4)
+
+
+def test_speculative_decoding_is_lossless_with_sliding_window_layers(gemma_like):
+    from specsparse.drafters import PromptLookupDrafter
+    from specsparse.engine import speculative_generate
+    from specsparse.types import GenerationConfig
+
+    prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+    for skip in [(), (0,), (1, 2)]:
+        config = GenerationConfig(max_new_tokens=20, num_draft_tokens=4, stop_on_eos=False)
+        plain = speculative_generate(gemma_like, prompt, None, config, skip)
+        drafted = speculative_generate(gemma_like, prompt, PromptLookupDrafter(), config, skip)
+        assert drafted.new_token_ids == plain.new_token_ids
+        tokens = list(prompt)
+        with torch.inference_mode():
+            for _ in range(20):  # no-cache reference on the physically pruned model
+                logits = physically_removed(gemma_like, skip)(input_ids=torch.tensor([tokens]), use_cache=False).logits
+                tokens.append(int(logits[0, -1].argmax()))
+        assert list(plain.new_token_ids) == tokens[len(prompt):]

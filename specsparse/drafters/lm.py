@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specsparse.drafters.base import Drafter, Proposal
-from specsparse.engine import ModelSession
+from specsparse.session import ModelSession
 
 
 class LMDrafter(Drafter):

@@ -1,0 +1,146 @@
+"""Reports from a tiny-model multirun: Table 1 / Table 2 as Markdown, LaTeX and CSV, the Pareto and
+ablation plots, a merged multi-domain config map, and what each job records to be reproduced."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specsparse.cli import main
+from specsparse.config_map import load_config_map
+from specsparse.report import (
+    JobRecord,
+    build_report,
+    find_jobs,
+    format_cell,
+    single_layer_ablation,
+    table1,
+    table2,
+    to_latex,
+    to_markdown,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """`python run.py -m domain=translation,mt_bench search=bfs,greedy` on the tiny model (4 jobs)."""
+    out = tmp_path_factory.mktemp("sweep")
+    subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", "model=tiny", "logger=none", "domain=translation,mt_bench",
+         "search=bfs,greedy", "domain.limit=8", "generation.max_new_tokens=12", "tss.max_depth=2", "progress=false",
+         f"paths.outputs={out}", f"hydra.sweep.dir={out / 'multirun'}"],
+        cwd=out, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=400,
+    )
+    return out
+
+
+def test_multirun_jobs_share_one_store(sweep):
+    jobs = sorted(p.name for p in (sweep / "multirun").iterdir() if p.is_dir() and p.name[0].isdigit())
+    assert jobs == ["0_translation_bfs", "1_translation_greedy", "2_mt_bench_bfs", "3_mt_bench_greedy"]
+    greedy = json.loads((sweep / "multirun" / "1_translation_greedy" / "summary.json").read_text())
+    assert greedy["search_cost"]["cache_hits"] >= 1 + 4  # dense and single skips measured by bfs before
+    assert (sweep / "store.sqlite").is_file()
+
+
+def test_every_job_records_what_reproduces_it(sweep):
+    job = sweep / "multirun" / "0_translation_bfs"
+    record = json.loads((job / "reproduce.json").read_text())
+    assert record["status"] == "finished"
+    assert {"model=tiny", "domain=translation", "search=bfs"} <= set(record["overrides"])
+    assert record["command"].startswith("python run.py ")
+    assert record["seeds"] == {"seed": 0, "generation": 0, "split": 0, "search": None}
+    assert {"torch", "transformers", "specsparse", "hydra-core", "ray", "wandb"} <= set(record["versions"])
+    assert record["versions"]["torch"] and record["versions"]["specsparse"]
+    assert "git" in record  # the commit, or None outside a checkout
+    assert len(record["data"]["calibration_ids_sha256"]) == 64 and record["data"]["n_test"] >= 1
+    assert record["model_identity"]["name"] == "tiny" and record["num_layers"] == 4
+    assert record["config"]["model"]["source"] == "tiny"
+    assert record["store"] == str(sweep / "store.sqlite")
+    assert (job / ".hydra" / "config.yaml").is_file()
+
+
+def test_tables(sweep):
+    records = find_jobs([sweep / "multirun"])
+    assert len(records) == 4
+    t1 = table1(records)
+    assert list(t1["domain"]) == ["mt_bench", "translation"] and set(t1["strategy"]) == {"bfs"}
+    assert (t1["split"] == "test").all()
+    mt = t1.set_index("domain").loc["mt_bench"]
+    assert pd.isna(mt["metric_native"]) and pd.isna(mt["metric_tss"])  # no references: no metric, not 0
+    assert mt["accept_native"] > 0 and 0 <= mt["skipped_ratio"] <= 1
+    t2 = table2(records)
+    assert sorted(zip(t2["domain"], t2["strategy"])) == [
+        ("mt_bench", "bfs"), ("mt_bench", "greedy"), ("translation", "bfs"), ("translation", "greedy")]
+    assert (t2["configurations"] >= t2["new_measurements"]).all()
+    markdown, latex = to_markdown(t1), to_latex(t1)
+    mt_row = next(line for line in markdown.splitlines() if "| mt_bench |" in line)
+    assert mt_row.count("n/a") == 2
+    assert "mt\\_bench" in latex and "\\toprule" in latex
+
+
+def test_report_command_writes_tables_plots_and_merged_map(sweep, capsys):
+    out = sweep / "report"
+    merged = out / "maps" / "all"
+    assert main(["report", str(sweep / "multirun"), "--out", str(out), "--merge-config-map", str(merged)]) == 0
+    printed = capsys.readouterr().out
+    assert "Table 1" in printed and "Table 2" in printed
+    for table in ("table1", "table2"):
+        for suffix in (".md", ".tex", ".csv"):
+            assert (out / f"{table}{suffix}").stat().st_size > 0
+    csv = pd.read_csv(out / "table1.csv", keep_default_na=False)
+    assert csv.set_index("domain").loc["mt_bench", "metric_tss"] == "n/a"
+    for png in ("pareto_translation.png", "pareto_mt_bench.png", "ablation_single_layer.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    ablation = pd.read_csv(out / "ablation_single_layer.csv", keep_default_na=False)
+    assert sorted(set(ablation["domain"])) == ["mt_bench", "translation"]
+    assert sorted(ablation[ablation["domain"] == "translation"]["layer"]) == [0, 1, 2, 3]
+    assert set(ablation[ablation["domain"] == "mt_bench"]["delta_metric"]) == {"n/a"}
+    config_map = load_config_map(merged)
+    assert set(config_map.domains) == {"translation", "mt_bench"} and config_map.num_layers == 4
+    assert (out / "report.md").read_text().count("![") == 3
+
+
+def test_single_layer_ablation_reads_the_store(sweep):
+    frame = single_layer_ablation([sweep / "store.sqlite"])
+    translation = frame[frame["domain"] == "translation"]
+    assert list(translation["layer"]) == [0, 1, 2, 3]
+    assert (translation["delta_accept"] == translation["accept_length"] - translation["dense_accept_length"]).all()
+
+
+def test_missing_numbers_print_as_na():
+    assert format_cell("metric_tss", None) == "n/a"
+    assert format_cell("metric_tss", float("nan")) == "n/a"
+    assert format_cell("metric_tss", 0.0) == "0.000"
+    assert format_cell("speedup", 1.234) == "1.23x"
+
+
+def test_report_without_jobs_fails_with_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err
+
+
+def test_tables_from_summaries_alone():
+    """What the W&B path feeds in: summaries without job folders."""
+    summary = {
+        "domain": "qa", "strategy": "bfs", "selected_skip_layers": [3], "selected_vocab_size": None,
+        "calibration": {"dense": None, "selected": None},
+        "test": {"dense": {"accept_length": 2.0, "metric": None, "tokens_per_s": 10.0, "cost": 0.02},
+                 "selected": {"accept_length": 1.9, "metric": None, "tokens_per_s": 12.0, "cost": 0.015}},
+        "speedup_test": 1.2, "search_cost": {"configurations_measured": 5, "cache_hits": 2, "wall_time_s": 3.0},
+        "model": "m", "num_layers": 30,
+    }
+    record = JobRecord(summary, None, {"model": "m", "num_layers": 30, "finished": "1"})
+    t1 = table1([record])
+    assert t1.loc[0, "skipped_ratio"] == pytest.approx(1 / 30) and t1.loc[0, "speedup"] == 1.2
+    assert table2([record]).loc[0, "configurations"] == 7
+    written = build_report([record], Path(os.environ.get("TMPDIR", "/tmp")) / "specsparse-report-test", plots=False)
+    assert written["table1"][0].read_text().count("n/a") == 2

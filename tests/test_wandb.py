@@ -1,0 +1,133 @@
+"""W&B logging, offline: one run per job written under the job's folder, with every measurement, the
+tables, the Pareto plot, the config map artifact and the job's numbers in the summary. Logging never
+blocks a job: no key means offline, and a failing W&B means no W&B."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from specsparse.app import build_plan, run_plan
+from specsparse.wandb_logger import WandbLogger, has_api_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wandb_records(run_file: Path) -> list:
+    """The protobuf records of a .wandb file (a LevelDB-style log of 32 KiB blocks after a 7-byte
+    header; each chunk has a 7-byte header: crc32, length, type)."""
+    from wandb.proto import wandb_internal_pb2 as pb  # noqa: PLC0415
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B"
+    block, pos, pending, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:  # zero padding up to the end of the block
+            pos += left
+            continue
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            records.append(pending + chunk)
+    out = []
+    for raw in records:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        out.append(record)
+    return out
+
+
+def test_offline_run_is_written_under_the_job_folder(tmp_path):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "model=tiny", "logger=wandb", "logger.mode=offline", "domain.limit=8", "generation.max_new_tokens=12",
+            "tss.max_depth=1", "progress=false", f"paths.outputs={tmp_path}",
+        ])
+    plan = build_plan(OmegaConf.to_container(cfg, resolve=True), output_dir=tmp_path / "job", cwd=tmp_path,
+                      choices={"search": "bfs", "drafter": "samd"})
+    job = run_plan(plan)
+
+    runs = list((tmp_path / "job" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    (run_file,) = runs[0].glob("run-*.wandb")
+    records = wandb_records(run_file)
+    kinds = [r.WhichOneof("record_type") for r in records]
+    assert "exit" in kinds and kinds.count("history") >= 1 + 4 + 1  # measurements, then tables and plot
+
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert run.run_group == "quickstart"
+    assert {"model:tiny", "drafter:samd", "domain:translation", "search:bfs"} <= set(run.tags)
+
+    summary_keys = {u.key or "/".join(u.nested_key) for r in records if r.WhichOneof("record_type") == "summary"
+                    for u in r.summary.update}
+    assert {"domain", "strategy", "selected_skip_layers", "calibration", "test", "speedup_test", "search_cost",
+            "model", "num_layers"} <= summary_keys
+    assert {"measurements", "pareto_front", "pareto_plot"} <= {k.split("/")[0] for k in summary_keys}
+    history_keys = {i.key or "/".join(i.nested_key) for r in records if r.WhichOneof("record_type") == "history"
+                    for i in r.history.item}
+    assert {"measurement/accept_length", "measurement/cost", "measurement/metric"} <= history_keys
+    artifacts = {r.artifact.name: r.artifact.type for r in records if r.WhichOneof("record_type") == "artifact"}
+    assert artifacts.get("config_map-translation") == "config_map"
+
+    assert list(runs[0].glob("files/media/images/pareto_plot_*.png"))
+    assert (tmp_path / "job" / "pareto.png").is_file()
+    assert job.summary()["domain"] == "translation"
+
+
+def test_online_without_a_key_falls_back_to_offline(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_IDENTITY_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    assert not has_api_key()
+    logger = WandbLogger(mode="online", project="test")
+    with caplog.at_level(logging.WARNING):
+        logger.start(name="job", output_dir=tmp_path, config={"a": 1})
+    try:
+        assert "no API key" in caplog.text
+        assert logger.run is not None and logger.run.settings.mode == "offline"
+    finally:
+        logger.close()
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_a_broken_wandb_never_stops_the_job(tmp_path, monkeypatch, caplog):
+    import wandb  # noqa: PLC0415
+
+    def broken(**_):
+        raise RuntimeError("server on fire")
+
+    monkeypatch.setattr(wandb, "init", broken)
+    logger = WandbLogger(mode="offline")
+    with caplog.at_level(logging.WARNING):
+        logger.start(name="job", output_dir=tmp_path)
+    assert logger.run is None and "server on fire" in caplog.text
+    logger.on_measurement(None, None, False)  # no-ops without a run
+    logger.close()
+
+
+def test_disabled_mode_writes_nothing(tmp_path):
+    logger = WandbLogger(mode="disabled")
+    logger.start(name="job", output_dir=tmp_path)
+    logger.close()
+    assert not (tmp_path / "wandb").exists() or not list((tmp_path / "wandb").glob("*run-*"))
+
+
+def test_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="logger.mode"):
+        WandbLogger(mode="sometimes")

@@ -33,18 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from specsparse import __version__
-from specsparse.data import DOMAINS, SOURCES, get_domain
+from specsparse.data import DOMAINS, SOURCES
 from specsparse.drafters.base import Drafter
 from specsparse.drafters.lm import LMDrafter
 from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, Evaluator, locate
 from specsparse.models import DTYPES
 from specsparse.pipeline import JobResult, SearchSpec, run_job
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
-from specsparse.search.driver import candidate_meta
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.skipping import validate_skip_layers
-from specsparse.store import ResultsStore, atomic_write_text, content_hash
-from specsparse.types import Candidate, GenerationConfig, Measurement
+from specsparse.store import ResultsStore, atomic_write_text
+from specsparse.types import Candidate, GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -447,55 +446,6 @@ def _one_line(err: BaseException) -> str:
 
 
 # -- measuring with the store written as results arrive -------------------------------------------
-class StoringRunner:
-    """Wraps a runner so that every measurement is written to the store the moment it exists.
-
-    The driver stores a batch only once all of it is measured; a job killed in the middle of a batch
-    (a BFS level of 30 configurations) would lose everything measured in it. Written here first,
-    under the exact key and description the driver uses, a rerun finds them and measures only the
-    rest; the driver's own later write of the same key is a no-op.
-    """
-
-    def __init__(self, runner: Any, store: ResultsStore, search_name: str):
-        self.runner = runner
-        self.store = store
-        self.search_name = search_name
-        self._evaluators: dict[str, Evaluator] = {}
-
-    def _evaluator(self, spec: EvaluationSpec) -> Evaluator:
-        key = content_hash(asdict(spec))
-        if key not in self._evaluators:
-            self._evaluators[key] = Evaluator(spec)
-        return self._evaluators[key]
-
-    def evaluate_batch(
-        self, spec: EvaluationSpec, candidates: Sequence[Candidate], thresholds: tuple | None = None
-    ) -> list[Measurement]:
-        evaluator = self._evaluator(spec)
-        description = evaluator.describe()
-
-        def record(candidate: Candidate, measurement: Measurement) -> None:
-            meta = dict(description)
-            if spec.split == "calibration":  # as the search driver describes its measurements
-                meta["search"] = self.search_name
-            meta["candidate"] = candidate_meta(candidate)
-            if measurement.early_stopped and thresholds is not None:
-                meta["early_stop_thresholds"] = thresholds
-            self.store.put(evaluator.key(candidate, thresholds), measurement, meta)
-
-        if "on_result" in inspect.signature(self.runner.evaluate_batch).parameters:
-            return self.runner.evaluate_batch(spec, candidates, thresholds, on_result=record)
-        results = []
-        for candidate in candidates:
-            (measurement,) = self.runner.evaluate_batch(spec, [candidate], thresholds)
-            record(candidate, measurement)
-            results.append(measurement)
-        return results
-
-    def close(self) -> None:
-        self._evaluators.clear()
-
-
 # -- running one job -------------------------------------------------------------------------------
 def run_plan(plan: JobPlan) -> JobResult:
     """Run the job: search, held-out test evaluation, outputs, reproduce.json, logging.
@@ -509,7 +459,7 @@ def run_plan(plan: JobPlan) -> JobResult:
     record = reproduce_record(plan)
     _write_json(out / "reproduce.json", {**record, "status": "running"})
     store = ResultsStore(plan.store_path)
-    runner = logger = storing = None
+    runner = logger = None
     status = "failed"
     try:
         try:
@@ -526,9 +476,8 @@ def run_plan(plan: JobPlan) -> JobResult:
                       f"domain:{plan.evaluation.domain.name}", f"search:{plan.search_name}"],
                 group=plan.experiment,
             )
-        storing = StoringRunner(runner, store, plan.search_name)
         job = run_job(
-            plan.evaluation, plan.search, storing, store, out, evaluate_test=plan.evaluate_test,
+            plan.evaluation, plan.search, runner, store, out, evaluate_test=plan.evaluate_test,
             on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
         )
         evaluator = Evaluator(plan.evaluation)  # the model is cached: this costs no reload
@@ -550,9 +499,8 @@ def run_plan(plan: JobPlan) -> JobResult:
     finally:
         if logger is not None:
             logger.close(ok=status == "finished")
-        for closing in (storing, runner):
-            if closing is not None and hasattr(closing, "close"):
-                closing.close()
+        if runner is not None and hasattr(runner, "close"):
+            runner.close()
         store.close()
         record.update(status=status, finished=_now(), wall_time_s=round(time.time() - start, 3))
         _write_json(out / "reproduce.json", record)
@@ -659,7 +607,8 @@ def results_table(job: JobResult, plan: JobPlan | None = None) -> str:
     c = s["search_cost"]
     speedup = s.get("speedup_test")
     lines.append(
-        f"speedup (test tokens/s): {_fmt(speedup, 2)}x; {c['configurations_measured']} configurations measured, "
+        f"speedup (test tokens/s): {'n/a' if speedup is None else f'{speedup:.2f}x'}; "
+        f"{c['configurations_measured']} configurations measured, "
         f"{c['cache_hits']} from the store, search {c['wall_time_s']:.1f} s"
     )
     for note in s["notes"]:

@@ -15,10 +15,10 @@ Routing rules, in order:
 Greedy decoding stays lossless: the reply equals the target's own greedy output under the
 applied skip set, exactly as `generate_text` would produce it.
 
-Trimmed vocabularies: the config map stores only the size k of a domain's draft vocabulary, and the
-top-k token ids cannot be rebuilt from k alone. Pass the ids (`vocab_ids={domain: [ids]}`, or a JSON
-file of that shape to `from_files`); a domain with a size but no ids drafts over the full vocabulary
-(a warning is logged; output is unchanged, only draft cost differs).
+Trimmed vocabularies: a config map written by a vocabulary search carries the head's token ids
+(`draft_vocab_ids`); `vocab_ids={domain: [ids]}` (or a JSON file of that shape for `from_files`)
+overrides them. A domain with a size but no ids drafts over the full vocabulary (a warning is
+logged; output is unchanged, only draft cost differs).
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ class Controller:
         self.max_context = int(getattr(target.model.config, "max_position_embeddings", 0) or 0) or None
         self.max_prompt_tokens = max_prompt_tokens
         self.vocab_ids = _validate(target, config_map, vocab_ids or {})
+        self.drafter_factory = drafter_factory
         self._lock = threading.Lock()
         # One drafter per distinct vocabulary (built now, so a drafter that cannot take a trimmed
         # vocabulary fails at start, not on the first request). Drafters are reused across requests.

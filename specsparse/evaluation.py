@@ -19,7 +19,7 @@ from specsparse import __version__
 from specsparse.data import Example, get_domain, load_examples, split_examples
 from specsparse.drafters.base import Drafter
 from specsparse.measure import EarlyReject, measure
-from specsparse.models import LoadedModel, load_model
+from specsparse.models import LoadedModel, load_model_cached
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.store import content_hash
 from specsparse.types import Candidate, GenerationConfig, Measurement
@@ -92,12 +92,6 @@ def locate(dotpath: str) -> Any:
         raise ValueError(f"cannot import {dotpath!r} ({err}): check the `_target_` in the config") from None
 
 
-@functools.lru_cache(maxsize=4)
-def cached_model(source: str, dtype: str, device: str) -> LoadedModel:
-    """Load a model once per process (Ray workers keep it between trials)."""
-    return load_model(source, dtype=dtype, device=device)
-
-
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """Hash of the sources that can change a measurement (engine, drafters, data, metrics, ...)."""
@@ -118,7 +112,7 @@ class Evaluator:
 
     def __init__(self, spec: EvaluationSpec):
         self.spec = spec
-        self.target = cached_model(spec.model, spec.dtype, spec.device)
+        self.target = load_model_cached(spec.model, spec.dtype, spec.device)
         self.domain = get_domain(spec.domain.name)
         self.examples = spec.domain.load(spec.split)
         if not self.examples:

@@ -8,6 +8,7 @@ Every load is offline. A GGUF file is converted once to a safetensors directory 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -118,6 +119,12 @@ def _quiet_loading():
     finally:
         if enabled:
             hf_logging.enable_progress_bar()
+
+
+@functools.lru_cache(maxsize=4)
+def load_model_cached(source: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+    """`load_model`, once per process: measurements and Ray workers reuse the loaded model."""
+    return load_model(source, dtype=dtype, device=device)
 
 
 def _embedded_gguf(name: str) -> Path:

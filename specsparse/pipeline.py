@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from specsparse.config_map import ConfigMap, domain_config_from_result, write_config_map, write_measurements_csv
 from specsparse.evaluation import EvaluationSpec, Evaluator, locate
 from specsparse.search.base import SearchResult, SearchStrategy
-from specsparse.search.driver import run_search
+from specsparse.search.driver import OnResult, candidate_meta, run_search
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.store import ResultsStore, atomic_write_text, content_hash, measurement_to_dict
 from specsparse.types import Candidate, Measurement
@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 
 
 class Runner(Protocol):
+    """Measures candidates for a spec; returns them in candidate order and calls on_result(candidate,
+    measurement) as each one exists (so the caller can store it before the batch ends)."""
+
     def evaluate_batch(
-        self, spec: EvaluationSpec, candidates: Sequence[Candidate], thresholds: tuple | None = None
+        self,
+        spec: EvaluationSpec,
+        candidates: Sequence[Candidate],
+        thresholds: tuple | None = None,
+        on_result: OnResult | None = None,
     ) -> list[Measurement]: ...
 
 
@@ -46,9 +53,14 @@ class LocalRunner:
             self._evaluators[key] = Evaluator(spec)
         return self._evaluators[key]
 
-    def evaluate_batch(self, spec, candidates, thresholds=None) -> list[Measurement]:
+    def evaluate_batch(self, spec, candidates, thresholds=None, on_result=None) -> list[Measurement]:
         evaluator = self.evaluator(spec)
-        return [evaluator.evaluate(c, thresholds, progress=self.progress) for c in candidates]
+        results = []
+        for candidate in candidates:
+            results.append(evaluator.evaluate(candidate, thresholds, progress=self.progress))
+            if on_result is not None:
+                on_result(candidate, results[-1])
+        return results
 
     def close(self) -> None:
         self._evaluators.clear()
@@ -126,15 +138,15 @@ def measure_with_store(
     runner: Runner, evaluator: Evaluator, candidates: Sequence[Candidate], store: ResultsStore
 ) -> list[Measurement]:
     """Measurements of `candidates`, served from the store when present, stored otherwise."""
-    keys = [evaluator.key(c) for c in candidates]
-    missing = [c for c, k in zip(candidates, keys) if store.get(k) is None]
-    fresh = dict(zip(missing, runner.evaluate_batch(evaluator.spec, missing))) if missing else {}
-    results = []
-    for candidate, key in zip(candidates, keys):
-        if candidate in fresh:
-            store.put(key, fresh[candidate], {**evaluator.describe(), "candidate": candidate})
-        results.append(fresh.get(candidate) or store.get(key))
-    return results
+    keys = {c: evaluator.key(c) for c in candidates}
+    missing = [c for c in dict.fromkeys(candidates) if store.get(keys[c]) is None]
+
+    def store_now(candidate: Candidate, measurement: Measurement) -> None:
+        store.put(keys[candidate], measurement, {**evaluator.describe(), "candidate": candidate_meta(candidate)})
+
+    if missing:
+        runner.evaluate_batch(evaluator.spec, missing, on_result=store_now)
+    return [store.get(keys[c]) for c in candidates]
 
 
 def run_job(
@@ -152,8 +164,8 @@ def run_job(
     calibration = Evaluator(spec.with_split("calibration"))
     strategy = search.build(calibration)
 
-    def evaluate_batch(candidates: list[Candidate]) -> list[Measurement]:
-        return runner.evaluate_batch(calibration.spec, candidates, strategy.feasibility_thresholds())
+    def evaluate_batch(candidates: list[Candidate], on_result) -> list[Measurement]:
+        return runner.evaluate_batch(calibration.spec, candidates, strategy.feasibility_thresholds(), on_result)
 
     description = calibration.describe()
     result = run_search(

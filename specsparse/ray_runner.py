@@ -9,14 +9,15 @@ batch of random or TPE proposals). Each batch becomes one `tune.Tuner` run over
 `param_space={"candidate": tune.grid_search([...]), ...}` (a plain-dict config).
 
 Why a pool of long-lived actors under the trials: Tune stops its trial actors at the end of every
-`Tuner.fit()`. Even with `reuse_actors=True`, reuse happens only within one fit; measured on ray 2.60
-(2 CPUs), every fit got fresh worker processes (new PIDs), so a model held by the trial process
-would be reloaded for every batch: on this machine about 3 s of imports plus the model load per
-worker and per batch (seconds for SmolLM2, minutes for a 13B model from disk). The models therefore
-live in `num_workers` Ray actors created once per runner, which reserve the CPUs/GPUs
+`Tuner.fit()`; `reuse_actors=True` reuses them only within one fit. Measured with ray 2.60 on 2 CPUs:
+every fit ran its trials in new processes (new PIDs), so a model held by a trial process would be
+reloaded for every batch: the imports (torch, transformers: 2-3 s here) plus the load (0.5 s for
+SmolLM2 from its converted cache, far more for a multi-GB checkpoint) per worker and per batch. The models
+therefore live in `num_workers` Ray actors created once per runner, which reserve the CPUs/GPUs
 (`cpus_per_trial`, `gpus_per_trial` each); a trial takes a free actor from a queue, has it measure
-its candidate, and reports the measurement. Each actor keeps one `Evaluator` per spec, and the model
-through `specsparse.evaluation.cached_model`, for as long as the runner lives.
+its candidate and reports the measurement. Each actor keeps one `Evaluator` per spec, and the model
+through `specsparse.models.load_model_cached`, for as long as the runner lives; a batch then costs the
+measurements plus Tune's own overhead (2-5 s per `Tuner.fit` here).
 
 Resources are checked before anything is scheduled: a trial asking for GPUs the cluster does not
 have would stay PENDING forever, so that raises `RayResourceError` instead.
@@ -30,7 +31,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 # Light imports only: Tune's trial processes import this module to run `_trial`, and they never need
 # torch or transformers (the worker actors do, once).
 from specsparse.store import measurement_from_dict, measurement_to_dict
+from specsparse.search.driver import OnResult
 from specsparse.types import Candidate, GenerationConfig, Measurement
 
 if TYPE_CHECKING:
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRIAL_CPUS = 0.01  # a trial only dispatches to a worker actor and waits; the actor holds the resources
-OnResult = Callable[[Candidate, Measurement], None]
 
 
 class RayResourceError(ValueError):
@@ -126,6 +127,29 @@ def _trial(config: dict[str, Any], pool: dict[str, Any]) -> None:
     tune.report(report)
 
 
+def _collector(sink: OnResult) -> Any:
+    """A Tune callback handing each trial's measurement to `sink` in this process.
+
+    Tune pickles its run config (callbacks included) into the experiment folder; the sink (which may
+    hold the results store) is process-local state and is left out of the pickle.
+    """
+    from ray import tune  # noqa: PLC0415
+
+    class Collect(tune.Callback):
+        def __init__(self, sink: OnResult | None):
+            self.sink = sink
+
+        def __getstate__(self) -> dict:
+            return {"sink": None}
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if self.sink is not None:
+                measurement = measurement_from_dict(json.loads(result["measurement_json"]))
+                self.sink(candidate_from_dict(trial.config["candidate"]), measurement)
+
+    return Collect(sink)
+
+
 # -- the runner ------------------------------------------------------------------------------------
 class RayRunner:
     """Runner protocol over Ray Tune; see the module docstring.
@@ -174,7 +198,7 @@ class RayRunner:
     def check_options(
         num_workers: int = 2, gpus_per_trial: float = 0, cpus_per_trial: float = 1, address: str | None = None, **_: Any
     ) -> None:
-        """Validate the options without starting Ray (RayRunnerError / ValueError, one line)."""
+        """Validate the options without starting Ray (RayResourceError or ValueError, one line)."""
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
         if gpus_per_trial < 0 or cpus_per_trial <= 0:
@@ -286,12 +310,8 @@ class RayRunner:
         self._batches += 1
         results: dict[Candidate, Measurement] = {}
 
-        class Collect(tune.Callback):
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                candidate = candidate_from_dict(trial.config["candidate"])
-                if candidate in results:
-                    return
-                measurement = measurement_from_dict(json.loads(result["measurement_json"]))
+        def collect(candidate: Candidate, measurement: Measurement) -> None:
+            if candidate not in results:
                 results[candidate] = measurement
                 if on_result is not None:
                     on_result(candidate, measurement)
@@ -311,7 +331,7 @@ class RayRunner:
                 name=f"{spec.split}-batch-{self._batches:03d}",
                 storage_path=str(self.storage_path),
                 verbose=0,
-                callbacks=[Collect()],
+                callbacks=[_collector(collect)],
             ),
         )
         start = time.perf_counter()

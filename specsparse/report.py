@@ -150,12 +150,11 @@ def latest(records: Iterable[JobRecord], *keys: str) -> dict[tuple, JobRecord]:
 
 
 def tss_jobs(records: Sequence[JobRecord], strategy: str = "bfs") -> dict[tuple, JobRecord]:
-    """Latest job per (model, domain) of `strategy`; domains with none fall back to their latest job."""
+    """Latest job per (model, domain) of `strategy`; domains with none fall back to their latest job
+    (Table 1's strategy column says which)."""
     picked = latest([r for r in records if r.strategy == strategy], "model", "domain")
     for key, record in latest(records, "model", "domain").items():
-        if key not in picked:
-            log.warning("no %s job for %s/%s: using its latest %s job", strategy, *key, record.strategy)
-            picked[key] = record
+        picked.setdefault(key, record)
     return dict(sorted(picked.items()))
 
 
@@ -327,6 +326,7 @@ def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pat
     for _, row in selected.iterrows():
         ax.annotate(row["label"], (row["accept_length"], row[y_column]), textcoords="offset points", xytext=(6, 6),
                     fontsize=8)
+    ax.margins(x=0.12, y=0.08)  # room for the selected configuration's label
     ax.set_xlabel("accept length A (tokens per verification)")
     ax.set_ylabel(y_label)
     ax.set_title(title)
@@ -421,33 +421,29 @@ def plot_ablation(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> P
 
 
 # -- config maps -----------------------------------------------------------------------------------
-def merge_config_maps(records: Sequence[JobRecord], strategy: str = "bfs") -> tuple[ConfigMap, dict[str, list[int]]]:
-    """One config map over every domain (each domain's latest `strategy` job, else its latest job),
-    plus the trimmed draft vocabularies {domain: ids} of the jobs that have one."""
+def merge_config_maps(records: Sequence[JobRecord], strategy: str = "bfs") -> ConfigMap:
+    """One config map over every domain: each domain's latest `strategy` job, else its latest job.
+    Trimmed draft vocabularies travel inside the per-domain entries (`draft_vocab_ids`)."""
     jobs = [r for r in tss_jobs([r for r in records if r.directory is not None], strategy).values()]
     if not jobs:
         raise ReportError("no job folder with a config map to merge")
     maps = []
     for record in jobs:
         try:
-            maps.append((record, load_config_map(record.directory / "config_map.yaml")))
+            maps.append(load_config_map(record.directory / "config_map.yaml"))
         except ConfigMapError as err:
             raise ReportError(str(err)) from None
-    models = {(cm.model, cm.num_layers) for _, cm in maps}
+    models = {(cm.model, cm.num_layers) for cm in maps}
     if len(models) > 1:
         raise ReportError(f"jobs of different models cannot share one config map: {sorted(models)}; pass the folders of one model")
-    drafters = {cm.drafter for _, cm in maps}
+    drafters = {cm.drafter for cm in maps}
     if len(drafters) > 1:
-        log.warning("merged jobs used different drafters %s: the map names %s", sorted(map(str, drafters)), maps[0][1].drafter)
-    domains, vocab = {}, {}
-    for record, cm in maps:
+        log.warning("merged jobs used different drafters %s: the map names %s", sorted(map(str, drafters)), maps[0].drafter)
+    domains = {}
+    for cm in maps:
         domains.update(cm.domains)
-        vocab_file = record.directory / "draft_vocab.json"
-        if vocab_file.is_file():
-            vocab.update(json.loads(vocab_file.read_text()))
     model, num_layers = next(iter(models))
-    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())),
-                     drafter=maps[0][1].drafter), vocab
+    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=maps[0].drafter)
 
 
 # -- everything ------------------------------------------------------------------------------------
@@ -496,12 +492,8 @@ def build_report(
             sections += ["## Single-layer skip ablation", ""] + [
                 f"![{p.stem}]({p.name})" for p in written["ablation"] if p.suffix == ".png"] + [""]
     if merge_config_map is not None:
-        config_map, vocab = merge_config_maps(records, strategy)
+        config_map = merge_config_maps(records, strategy)
         paths = list(write_config_map(merge_config_map, config_map))
-        if vocab:
-            base = Path(merge_config_map)
-            base = base.with_suffix("") if base.suffix in (".yaml", ".yml", ".json") else base
-            paths.append(atomic_write_text(base.parent / f"{base.name}_vocab.json", json.dumps(vocab)))
         written["config_map"] = paths
         sections += ["## Merged config map", "", f"{paths[0]} ({', '.join(config_map.domains)})", ""]
     written["report"] = [atomic_write_text(out / "report.md", "\n".join(sections))]

@@ -28,6 +28,7 @@ from specsparse.types import Candidate, Measurement
 log = logging.getLogger(__name__)
 
 MODES = ("offline", "online", "disabled")
+ALIASES = {"dryrun": "offline", "run": "online"}  # older spellings of WANDB_MODE
 
 
 def has_api_key() -> bool:
@@ -59,7 +60,7 @@ class WandbLogger:
         init_timeout: float = 15.0,
     ):
         self.check_options(mode=mode, init_timeout=init_timeout)
-        self.mode = mode
+        self.mode = ALIASES.get(mode, mode)
         self.project = project
         self.entity = entity
         self.group = group
@@ -70,7 +71,7 @@ class WandbLogger:
 
     @staticmethod
     def check_options(mode: str = "offline", init_timeout: float = 15.0, **_: Any) -> None:
-        if mode not in MODES:
+        if mode not in MODES and mode not in ALIASES:
             raise ValueError(f"logger.mode={mode!r}: use one of {', '.join(MODES)}")
         if not init_timeout or init_timeout <= 0:
             raise ValueError(f"logger.init_timeout must be > 0 seconds, got {init_timeout!r}")

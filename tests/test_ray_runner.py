@@ -41,6 +41,17 @@ def ray_token(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
 
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tiny model gains nothing from a second thread, and on a busy CPU two can be many times slower."""
+    import torch  # noqa: PLC0415
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 def test_spec_round_trips_through_a_plain_dict():
     spec = EvaluationSpec(domain=DomainSpec("qa", exclude_ids=("a", "b"), options={"x": 1}))
     assert spec_from_dict(spec_to_dict(spec)) == spec
@@ -170,7 +181,7 @@ def test_submit_a_sweep_to_a_ray_head(tmp_path):
         ]
         done = subprocess.run(submit, env=env, cwd=ROOT, capture_output=True, text=True, timeout=420)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert "SUCCEEDED" in done.stdout + done.stderr
+        assert "succeeded" in (done.stdout + done.stderr).lower()
         summaries = sorted((out / "multirun").glob("*/summary.json"))
         assert [p.parent.name for p in summaries] == ["0_translation_bfs", "1_qa_bfs"]
         assert (out / "store.sqlite").is_file()

@@ -322,7 +322,7 @@ def test_bfs_thresholds_only_from_level_two():
     strategy = BFSSearch(10, early_reject=True)
     seen = []
 
-    def evaluate_batch(batch):
+    def evaluate_batch(batch, on_result):
         seen.append(strategy.feasibility_thresholds())
         out = []
         for c in batch:
@@ -382,7 +382,7 @@ def test_driver_checks_arguments_and_batch_length(tmp_path):
     with pytest.raises(ValueError, match="budget"):
         run(Scripted([[Candidate()]]), TRAP, budget=-1)
     with pytest.raises(RuntimeError, match="returned 0"):
-        run_search(Scripted([[Candidate()]]), lambda batch: [], progress=False)
+        run_search(Scripted([[Candidate()]]), lambda batch, on_result: [], progress=False)
 
 
 def test_driver_stores_meta_and_reports_measurements(tmp_path):
@@ -469,7 +469,7 @@ def test_pareto_front_hand_written():
         (Candidate((1,)), M(0.0, 0.0, 5.0)),  # duplicate candidate: first measurement wins
     ]
     front = pareto_front(pts)
-    assert [c.skip_layers for c, _ in front] == [(1, 2), (1,), (3,), ()]
+    assert [c.skip_layers for c, _ in front] == [(1, 2), (3,), (1,), ()]  # equal cost: higher A first
     am_only = pareto_front(pts, objectives=("accept", "metric"))
     assert {c.skip_layers for c, _ in am_only} == {()}
     with pytest.raises(ValueError):

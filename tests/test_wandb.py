@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,17 @@ from specsparse.wandb_logger import WandbLogger, has_api_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tiny model gains nothing from a second thread, and on a busy CPU two can be many times slower."""
+    import torch  # noqa: PLC0415
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 def wandb_records(run_file: Path) -> list:
     """The protobuf records of a .wandb file (a LevelDB-style log of 32 KiB blocks after a 7-byte
@@ -106,6 +118,21 @@ def test_online_without_a_key_falls_back_to_offline(tmp_path, monkeypatch, caplo
     assert list((tmp_path / "wandb").glob("offline-run-*"))
 
 
+def test_unreachable_server_falls_back_to_offline_quickly(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    logger = WandbLogger(mode="online", init_timeout=5)
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING):
+        logger.start(name="job", output_dir=tmp_path)
+    try:
+        assert time.perf_counter() - start < 30
+        assert "logging offline instead" in caplog.text
+        assert logger.run is not None and logger.run.settings.mode == "offline"
+    finally:
+        logger.close()
+
+
 def test_a_broken_wandb_never_stops_the_job(tmp_path, monkeypatch, caplog):
     import wandb  # noqa: PLC0415
 
@@ -131,3 +158,4 @@ def test_disabled_mode_writes_nothing(tmp_path):
 def test_unknown_mode_is_rejected():
     with pytest.raises(ValueError, match="logger.mode"):
         WandbLogger(mode="sometimes")
+    assert WandbLogger(mode="dryrun").mode == "offline"

@@ -270,5 +270,5 @@ def load_examples(domain: str | Domain, source: str = "builtin", path: str | Non
     ids = [ex.id for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source} gave duplicate example ids for domain {dom.name!r}")
-    logger.info("loaded %d %s examples from %s%s", len(examples), dom.name, source, f" ({path})" if path else "")
+    logger.debug("loaded %d %s examples from %s%s", len(examples), dom.name, source, f" ({path})" if path else "")
     return examples

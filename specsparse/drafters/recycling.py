@@ -20,7 +20,8 @@ class TokenRecyclingDrafter(Drafter):
 
     @classmethod
     def from_target(cls, target, vocab_ids=None, **options) -> TokenRecyclingDrafter:
-        super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
+        if vocab_ids is not None:
+            super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         return cls(vocab_size=target.model.config.vocab_size, **options)
 
     def __init__(self, vocab_size: int, top_k: int = 8) -> None:

@@ -103,7 +103,7 @@ class LayerSkipSearch(SearchStrategy):
     """Shared state and rules of the target-layer skip searches (bfs, greedy, random, ...).
 
     Every search starts with the dense baseline, applies the same feasibility rule and the same
-    selection: among feasible measured configurations, keep the Pareto front over (A, M, cost) and pick
+    selection: among feasible measured configurations, keep the Pareto front over (A, M, FLOPs cost) and pick
     the cheapest (ties: more layers skipped, then lexicographic); the rest of the front are the
     alternatives. With nothing feasible the dense configuration is selected.
 

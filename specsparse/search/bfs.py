@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from specsparse.search.base import LayerSkipSearch, Selection, Thresholds
+from specsparse.search.pareto import selection_cost
 from specsparse.types import Candidate
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ class BFSSearch(LayerSkipSearch):
 
     max_pool: keep at most this many pool layers (None: all). Pool layers are ranked by retained
         quality of their single skip, `weight_accept * A/A0 + (1 - weight_accept) * M/M0` (the ratio in
-        use when only one constraint applies), ties broken by lower cost, then layer index: layers that
+        use when only one constraint applies), ties broken by lower (FLOPs) cost, then layer index: layers that
         cost least quality alone are the likeliest to stay feasible together, while the cost saved by one
         layer is nearly the same for every layer.
     early_reject: expose thresholds from level 2 on; single skips are never cut early since the pool
@@ -86,7 +87,7 @@ class BFSSearch(LayerSkipSearch):
             for c, m in self.measured.items()
             if len(c.skip_layers) == 1 and self.passes_any(m)
         ]
-        ranked = sorted(singles, key=lambda lm: (-self.quality(lm[1], self.weight_accept), lm[1].cost, lm[0]))
+        ranked = sorted(singles, key=lambda lm: (-self.quality(lm[1], self.weight_accept), selection_cost(lm[1]), lm[0]))
         if self.max_pool is not None:
             ranked = ranked[: self.max_pool]
         pool = tuple(sorted(layer for layer, _ in ranked))

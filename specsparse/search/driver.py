@@ -21,7 +21,11 @@ from specsparse.types import Candidate, Measurement
 
 logger = logging.getLogger(__name__)
 
-EvaluateBatch = Callable[[list[Candidate]], Sequence[Measurement]]
+OnResult = Callable[[Candidate, Measurement], None]
+# evaluate_batch(candidates, on_result) -> measurements in candidate order. A runner that can should call
+# on_result(candidate, measurement) the moment each one exists (the driver stores it then, so a killed job
+# loses at most what is in flight); one that cannot may ignore it.
+EvaluateBatch = Callable[[list[Candidate], OnResult], Sequence[Measurement]]
 OnMeasurement = Callable[[Candidate, Measurement, bool], None]
 
 
@@ -90,13 +94,17 @@ def run_search(
             if cut:
                 todo = todo[:left]
             if todo:
-                ms = list(evaluate_batch(list(todo)))
+
+                def store_now(c: Candidate, m: Measurement) -> None:
+                    if store is not None:  # put is idempotent: a second put of the same key is a no-op
+                        store.put(keys[c], m, _meta(c, m, strategy, meta_fn))
+
+                ms = list(evaluate_batch(list(todo), store_now))
                 if len(ms) != len(todo):
                     raise RuntimeError(f"evaluate_batch returned {len(ms)} measurements for {len(todo)} candidates")
                 for c, m in zip(todo, ms):
                     results[c] = (m, False)
-                    if store is not None:
-                        store.put(keys[c], m, _meta(c, m, strategy, meta_fn))
+                    store_now(c, m)
             n_round_hits = 0
             for c in fresh:
                 if c not in results:
@@ -179,7 +187,7 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
     the compute share) and zero timing counters. Lets every strategy run without a model.
     """
 
-    def evaluate_batch(candidates: list[Candidate]) -> list[Measurement]:
+    def evaluate_batch(candidates: list[Candidate], on_result: OnResult | None = None) -> list[Measurement]:
         out = []
         for c in candidates:
             r = fn(c)
@@ -196,6 +204,8 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
                     wall_time_s=0.0,
                 )
             out.append(r)
+            if on_result is not None:
+                on_result(c, r)
         return out
 
     return evaluate_batch

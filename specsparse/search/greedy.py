@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 
 from specsparse.search.base import LayerSkipSearch, Selection
+from specsparse.search.pareto import selection_cost
 from specsparse.types import Candidate, Measurement
 
 logger = logging.getLogger(__name__)
@@ -18,7 +19,7 @@ class GreedySearch(LayerSkipSearch):
     commit to the feasible one with the best score, stop when none is feasible or at max_depth.
 
     Score of a configuration: `weight_accept * A/A0 + (1 - weight_accept) * M/M0 - cost/cost0`
-    (retained quality minus relative cost; the quality term is the single ratio in use when only one
+    (retained quality minus relative FLOPs cost, see `pareto.selection_cost`; the quality term is the single ratio in use when only one
     constraint applies). Ties: lower cost, then the lexicographically smaller skip set.
     The final pick uses the shared rule over everything measured (cheapest feasible Pareto point),
     which is the committed path's end or a cheaper configuration seen on the way.
@@ -47,8 +48,8 @@ class GreedySearch(LayerSkipSearch):
 
     def score(self, m: Measurement) -> float:
         assert self.dense is not None
-        cost0 = self.dense.cost if self.dense.cost > 0 else 1.0
-        return self.quality(m, self.weight_accept) - m.cost / cost0
+        cost0 = selection_cost(self.dense) or 1.0
+        return self.quality(m, self.weight_accept) - selection_cost(m) / cost0
 
     def ask(self) -> list[Candidate]:
         if self._done:
@@ -76,7 +77,7 @@ class GreedySearch(LayerSkipSearch):
         if not feasible:
             logger.info("greedy step %d: no feasible extension of %s, stopping", self._step, self.current)
             return False
-        best, m = min(feasible, key=lambda cm: (-self.score(cm[1]), cm[1].cost, cm[0].skip_layers))
+        best, m = min(feasible, key=lambda cm: (-self.score(cm[1]), selection_cost(cm[1]), cm[0].skip_layers))
         self.current = best.skip_layers
         self.path.append(self.current)
         logger.info("greedy step %d: commit %s (score %.4f)", self._step, self.current, self.score(m))

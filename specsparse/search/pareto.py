@@ -4,6 +4,11 @@ A configuration is *feasible* when it keeps both accept length A and task metric
 the dense model: A >= (1 - eps_A) * A0 and M >= (1 - eps_M) * M0. Domains without references have no
 metric (M0 is None); the rule then uses acceptance only.
 
+Cost here is `selection_cost`: the analytic FLOPs fraction of the active target layers. The measured
+verification time per token is recorded and reported, but on a shared machine its noise (10-20%) is
+larger than the difference between skip sets of equal depth, whose compute is identical; choosing by it
+would make the selected set depend on timing noise and differ between runs and runners.
+
 The Pareto front is taken over (A up, M up, cost down). A configuration is dropped only when another one
 is at least as good in A *and* M *and* cost (and better in one): being worse in both A and M is not
 enough if it is also cheaper, because the whole point of skipping layers is to buy cost with a bounded
@@ -73,12 +78,19 @@ def is_feasible(
     return True
 
 
+def selection_cost(m: Measurement) -> float:
+    """The cost searches minimise: the FLOPs fraction of the active target layers (see module doc)."""
+    return m.flops_fraction
+
+
 def selection_key(point: Point) -> tuple:
-    """Order used to pick one configuration: lowest cost, then more layers skipped, then the
-    lexicographically smallest skip set, then the smaller vocabulary (None = full vocabulary last)."""
+    """Order used to pick one configuration: lowest cost, then more layers skipped, then higher
+    accept length and metric, then the lexicographically smallest skip set, then the smaller
+    vocabulary (None = full vocabulary last)."""
     c, m = point
     vocab = c.vocab_size if c.vocab_size is not None else float("inf")
-    return (m.cost, -len(c.skip_layers), c.skip_layers, vocab)
+    metric = m.metric if m.metric is not None else float("-inf")
+    return (selection_cost(m), -len(c.skip_layers), -m.accept_length, -metric, c.skip_layers, vocab)
 
 
 def _vector(m: Measurement, use_metric: bool, use_accept: bool, use_cost: bool) -> tuple[float, ...]:
@@ -89,7 +101,7 @@ def _vector(m: Measurement, use_metric: bool, use_accept: bool, use_cost: bool) 
     if use_metric:
         vec.append(m.metric if m.metric is not None else float("-inf"))
     if use_cost:
-        vec.append(-m.cost)
+        vec.append(-selection_cost(m))
     return tuple(vec)
 
 

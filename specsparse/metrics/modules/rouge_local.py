@@ -1,8 +1,13 @@
 """ROUGE-1/2/L F-measure with Google's rouge_score (Porter stemming), averaged over examples."""
 
+import logging
+
 import datasets
 import evaluate
 from rouge_score import rouge_scorer
+
+# rouge_score logs "Using default tokenizer." through absl at INFO on every scorer it builds.
+logging.getLogger("absl").setLevel(logging.WARNING)
 
 _DESCRIPTION = "Mean ROUGE F-measures; with several references an example takes the best one per ROUGE type."
 _INPUTS = """

@@ -29,9 +29,7 @@ SPEC = EvaluationSpec(
     domain=DomainSpec("translation", limit=10),
     generation=GenerationConfig(max_new_tokens=16),
 )
-# No max_pool: the pool is then every layer whose single skip passes (a rule on A and M only); a capped
-# pool is ranked with measured cost as a tie-break, a timing, which could differ between two runs.
-SEARCH = SearchSpec("specsparse.search.bfs.BFSSearch", {"max_depth": 2})
+SEARCH = SearchSpec("specsparse.search.bfs.BFSSearch", {"max_depth": 2, "max_pool": 4})
 
 
 @pytest.fixture
@@ -79,9 +77,8 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
     try:
         reported = []
         remote = run_job(SPEC, SEARCH, runner, ray_store, tmp_path / "ray", progress=False)
-        # Same keys, same accept length and metric per configuration (costs are timings and differ).
-        # The selection picks the cheapest feasible configuration by measured cost, a timing, so it may
-        # differ between any two runs; the search's measurements and the dense test baseline may not.
+        # Same keys, same accept length and metric per configuration (costs are timings and differ),
+        # hence the same selection (searches choose by analytic FLOPs cost, not by timings).
         ray_rows, local_rows = rows_by_key(tmp_path / "ray.sqlite"), rows_by_key(tmp_path / "local.sqlite")
         calibration = {k: v for k, v in local_rows.items() if v[0] == "calibration"}
         assert len(calibration) > 1 + 4
@@ -89,6 +86,8 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
         dense_test = {k: v for k, v in local_rows.items() if v[:2] == ("test", ())}
         assert len(dense_test) == 1 and dense_test.items() <= ray_rows.items()
         assert set(remote.search.feasible) == set(local.search.feasible)
+        assert remote.search.selected == local.search.selected
+        assert [c for c, _ in remote.search.alternatives] == [c for c, _ in local.search.alternatives]
         assert len(list((tmp_path / "ray" / "ray_tune").glob("calibration-batch-*"))) == 3  # one Tune run per BFS level
 
         # Measurements come back in candidate order (duplicates included) and are reported one by one.

@@ -21,16 +21,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from specsparse.cli_runtime import add_runtime_commands, fail
+
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 # Never uploaded with the working directory (besides what .gitignore excludes, which Ray honours).
 SUBMIT_EXCLUDES = [".git", ".venv", "outputs", "multirun", "wandb", "__pycache__", "*.egg-info", ".pytest_cache"]
-
-
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -59,7 +55,7 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         if args.wandb:
             if args.wandb.count("/") != 1:
-                return _fail(f"--wandb takes ENTITY/PROJECT, got {args.wandb!r}")
+                return fail(f"--wandb takes ENTITY/PROJECT, got {args.wandb!r}")
             records = wandb_jobs(args.wandb)
             out = Path(args.out or "report")
         else:
@@ -69,7 +65,7 @@ def run_report(args: argparse.Namespace) -> int:
         written = build_report(records, out, stores=args.store, strategy=args.strategy,
                                merge_config_map=args.merge_config_map, plots=not args.no_plots and not args.wandb)
     except (ReportError, ConfigMapError) as err:
-        return _fail(str(err))
+        return fail(str(err))
     print("Table 1: native vs TSS per domain")
     print(to_markdown(table1(records, args.strategy)))
     print("Table 2: search strategies per domain")
@@ -164,7 +160,7 @@ def run_submit(args: argparse.Namespace) -> int:
     try:
         cmd = submit_command(args)
     except ValueError as err:
-        return _fail(str(err))
+        return fail(str(err))
     if args.dry_run:
         import shlex  # noqa: PLC0415
 
@@ -184,12 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     add_report_command(subparsers)
     add_submit_command(subparsers)
-    try:
-        from specsparse.cli_runtime import add_runtime_commands  # noqa: PLC0415
-    except ImportError as err:  # the runtime controller's dependencies are missing
-        log.debug("generate/serve unavailable: %s", err)
-    else:
-        add_runtime_commands(subparsers)
+    add_runtime_commands(subparsers)
     return parser
 
 

@@ -90,7 +90,8 @@ def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):
     )
 
 
-def _fail(message: str) -> int:
+def fail(message: str) -> int:
+    """One line on stderr, exit code 2: how every command reports bad input."""
     print(f"specsparse: error: {message}", file=sys.stderr)
     return 2
 
@@ -102,7 +103,7 @@ def _guarded(handler):
         try:
             return handler(args)
         except (ValueError, OSError, ModelLoadError) as err:
-            return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+            return fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
         except KeyboardInterrupt:
             return 130
 

@@ -125,7 +125,7 @@ def test_missing_numbers_print_as_na():
 def test_report_without_jobs_fails_with_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "\n" not in err
+    assert err.startswith("specsparse: error:") and "\n" not in err
 
 
 def test_tables_from_summaries_alone():

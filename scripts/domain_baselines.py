@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, Evaluator  # noqa: E402
+from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec  # noqa: E402
 from specsparse.pipeline import LocalRunner, measure_with_store  # noqa: E402
 from specsparse.store import ResultsStore  # noqa: E402
 from specsparse.types import Candidate, GenerationConfig  # noqa: E402

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
 from specsparse.controller import (
@@ -32,15 +31,6 @@ def domain_config(skip: tuple[int, ...], vocab_size: int | None = None) -> Domai
 def make_map(num_layers: int = 4, **domains: DomainConfig) -> ConfigMap:
     domains = domains or {"translation": domain_config((1,)), "math": domain_config((2, 3))}
     return ConfigMap(model="tiny", num_layers=num_layers, domains=domains, drafter="samd")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model is latency-bound: one intra-op thread avoids contention on a busy machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -39,17 +39,6 @@ def ray_token(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny model gains nothing from a second thread, and on a busy CPU two can be many times slower."""
-    import torch  # noqa: PLC0415
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 def test_spec_round_trips_through_a_plain_dict():
     spec = EvaluationSpec(domain=DomainSpec("qa", exclude_ids=("a", "b"), options={"x": 1}))
     assert spec_from_dict(spec_to_dict(spec)) == spec

@@ -9,7 +9,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
 from specsparse.controller import Controller, drafter_factory
@@ -18,15 +17,6 @@ from specsparse.server import make_server
 
 TRANSLATION = "Translate German to English: Der Hund schläft im Garten."
 MATH = "A baker sells 12 muffins per tray and bakes 7 trays. How many muffins does she bake?"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model is latency-bound: one intra-op thread avoids contention on a busy machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -19,17 +19,6 @@ from specsparse.wandb_logger import WandbLogger, has_api_key
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny model gains nothing from a second thread, and on a busy CPU two can be many times slower."""
-    import torch  # noqa: PLC0415
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 def wandb_records(run_file: Path) -> list:
     """The protobuf records of a .wandb file (a LevelDB-style log of 32 KiB blocks after a 7-byte
     header; each chunk has a 7-byte header: crc32, length, type)."""

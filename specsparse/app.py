@@ -5,7 +5,7 @@
 
     plan = build_plan(config, output_dir="/abs/outputs/runs/...", cwd="/abs/launch/dir")
     job = run_plan(plan)          # search, test evaluation, outputs, reproduce.json, logging
-    print(results_table(job, plan))
+    table = results_table(job, plan)   # what run.py prints at the end
 
 `build_plan` validates everything it can without loading a model (unknown options, skip sets and
 protected layers against the model's layer count, domains and data files, impossible resources) and
@@ -36,7 +36,7 @@ from specsparse import __version__
 from specsparse.data import DOMAINS, SOURCES
 from specsparse.drafters.base import Drafter
 from specsparse.drafters.lm import LMDrafter
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, Evaluator, locate
+from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, locate
 from specsparse.models import DTYPES
 from specsparse.pipeline import JobResult, SearchSpec, run_job
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
@@ -480,17 +480,16 @@ def run_plan(plan: JobPlan) -> JobResult:
             plan.evaluation, plan.search, runner, store, out, evaluate_test=plan.evaluate_test,
             on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
         )
-        evaluator = Evaluator(plan.evaluation)  # the model is cached: this costs no reload
-        identity = evaluator.describe()
+        identity = job.description
         record.update(
             model_identity=identity["model_identity"], code_version=identity["code_version"],
-            num_layers=evaluator.target.num_layers,
+            num_layers=job.num_layers,
         )
-        if plan.model.num_layers not in (None, evaluator.target.num_layers):
+        if plan.model.num_layers not in (None, job.num_layers):
             log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",
-                        plan.model.num_layers, plan.model.source, evaluator.target.num_layers, plan.model.name)
+                        plan.model.num_layers, plan.model.source, job.num_layers, plan.model.name)
         if logger is not None:
-            logger.finish(job, model=plan.model.name, num_layers=evaluator.target.num_layers)
+            logger.finish(job, model=plan.model.name, num_layers=job.num_layers)
         status = "finished"
         return job
     except KeyboardInterrupt:

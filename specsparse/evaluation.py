@@ -11,7 +11,7 @@ import functools
 import hashlib
 import importlib
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +78,6 @@ class EvaluationSpec:
     generation: GenerationConfig = GenerationConfig()
 
     def with_split(self, split: str) -> EvaluationSpec:
-        from dataclasses import replace  # noqa: PLC0415
-
         return replace(self, split=split)
 
 

@@ -95,6 +95,8 @@ class JobResult:
     test_selected: Measurement | None
     output_dir: Path
     wall_time_s: float
+    num_layers: int = 0
+    description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from)."""
@@ -182,7 +184,8 @@ def run_job(
     if evaluate_test:
         test = Evaluator(spec.with_split("test"))
         test_dense, test_selected = measure_with_store(runner, test, [result.baseline, result.selected], store)
-    job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir), time.perf_counter() - start)
+    job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
+                    time.perf_counter() - start, calibration.target.num_layers, description)
     write_job_outputs(job, calibration)
     return job
 

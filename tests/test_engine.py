@@ -16,6 +16,8 @@ from specsparse.models import tiny_model
 from specsparse.skipping import skipper_for
 from specsparse.types import GenerationConfig
 
+from tests.test_skipping import skip_sets
+
 NUM_LAYERS = 4
 
 
@@ -63,7 +65,6 @@ def make_drafter(name, models, num_layers, draft_skip):
 
 
 DRAFTERS = ["pld", "samd", "recycling", "self_skip", "draft_model", "draft_model_trimmed"]
-skip_sets = st.sets(st.integers(0, NUM_LAYERS - 1), max_size=NUM_LAYERS - 1).map(lambda s: tuple(sorted(s)))
 # Prompts with repeats so that lookup drafters actually propose.
 prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p * 2)
 
@@ -71,8 +72,8 @@ prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p 
 @settings(max_examples=40, deadline=None)
 @given(
     drafter=st.sampled_from(DRAFTERS),
-    skip=skip_sets,
-    draft_skip=skip_sets,
+    skip=skip_sets(NUM_LAYERS),
+    draft_skip=skip_sets(NUM_LAYERS),
     k=st.integers(1, 6),
     prompt=prompts,
     max_new=st.integers(1, 24),

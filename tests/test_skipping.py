@@ -43,18 +43,29 @@ def run_chunks(model, skip, token_ids, chunks):
     return torch.cat(out)
 
 
-skip_sets = st.sets(st.integers(0, NUM_LAYERS - 1), max_size=NUM_LAYERS - 1).map(lambda s: tuple(sorted(s)))
+def skip_sets(num_layers):
+    """Every proper subset of the layers (skipping all of them is an error)."""
+    return st.sets(st.integers(0, num_layers - 1), max_size=num_layers - 1).map(lambda s: tuple(sorted(s)))
+
+
+def tokens_and_chunks(data, vocab, min_size, max_size, max_cuts):
+    """A token sequence and chunk sizes splitting it (prefill, then multi-token chunks)."""
+    tokens = data.draw(st.lists(st.integers(0, vocab - 1), min_size=min_size, max_size=max_size))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(tokens) - 1), max_size=max_cuts)))
+    return tokens, [b - a for a, b in zip([0, *cuts], [*cuts, len(tokens)])]
+
+
+def no_cache_logits(model, tokens):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0]
 
 
 @settings(max_examples=25, deadline=None)
-@given(skip=skip_sets, data=st.data())
+@given(skip=skip_sets(NUM_LAYERS), data=st.data())
 def test_skip_equals_physical_removal(model, skip, data):
-    tokens = data.draw(st.lists(st.integers(0, 255), min_size=2, max_size=24))
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(tokens) - 1), max_size=4)))
-    chunks = [b - a for a, b in zip([0, *cuts], [*cuts, len(tokens)])]
+    tokens, chunks = tokens_and_chunks(data, 256, 2, 24, 4)
     pruned = physically_removed(model, skip)
-    with torch.inference_mode():
-        no_cache = pruned(input_ids=torch.tensor([tokens]), use_cache=False).logits[0]
+    no_cache = no_cache_logits(pruned, tokens)
     ours = run_chunks(model, skip, tokens, chunks)  # prefill + multi-token chunks through the cache
     reference = run_chunks(pruned, (), tokens, chunks)
     torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
@@ -109,14 +120,10 @@ def gemma_like():
 
 
 @settings(max_examples=15, deadline=None)
-@given(skip=st.sets(st.integers(0, 3), max_size=3).map(lambda s: tuple(sorted(s))), data=st.data())
+@given(skip=skip_sets(4), data=st.data())
 def test_skip_equals_physical_removal_with_sliding_window_layers(gemma_like, skip, data):
-    tokens = data.draw(st.lists(st.integers(0, 63), min_size=8, max_size=20))
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(tokens) - 1), max_size=3)))
-    chunks = [b - a for a, b in zip([0, *cuts], [*cuts, len(tokens)])]
-    pruned = physically_removed(gemma_like, skip)
-    with torch.inference_mode():
-        no_cache = pruned(input_ids=torch.tensor([tokens]), use_cache=False).logits[0]
+    tokens, chunks = tokens_and_chunks(data, 64, 8, 20, 3)
+    no_cache = no_cache_logits(physically_removed(gemma_like, skip), tokens)
     torch.testing.assert_close(run_chunks(gemma_like, skip, tokens, chunks), no_cache, rtol=1e-4, atol=1e-4)
 
 

@@ -36,7 +36,8 @@ from specsparse import __version__
 from specsparse.data import DOMAINS, SOURCES
 from specsparse.drafters.base import Drafter
 from specsparse.drafters.lm import LMDrafter
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, locate
+from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, MeasureSpec, locate
+from specsparse.measure import MODES
 from specsparse.models import DTYPES
 from specsparse.pipeline import JobResult, SearchSpec, run_job
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
@@ -143,6 +144,7 @@ def build_plan(
         raise ConfigError(f"configuration lacks group(s) {missing}: compose it from conf/config.yaml")
     model = _model_info(config["model"], cwd_path)
     generation = _generation(config.get("generation") or {})
+    measure = _measure(config.get("measure") or {})
     drafter = _drafter(config["drafter"], model, cwd_path)
     domain, data = _domain(config["domain"], cwd_path, bool(config.get("evaluate_test", True)))
     search = _search(config["search"], model, drafter)
@@ -150,7 +152,7 @@ def build_plan(
     logger = _logger(config["logger"])
     evaluation = EvaluationSpec(
         model=model.source, dtype=model.dtype, device=model.device, drafter=drafter, domain=domain,
-        split="calibration", generation=generation,
+        split="calibration", generation=generation, measure=measure,
     )
     paths = config.get("paths") or {}
     store = _absolute(paths.get("store") or "outputs/store.sqlite", cwd_path)
@@ -237,6 +239,19 @@ def _generation(cfg: Mapping[str, Any]) -> GenerationConfig:
         raise ConfigError(f"generation: {err}") from None
     except ValueError as err:
         raise ConfigError(f"generation: {err}") from None
+
+
+def _measure(cfg: Mapping[str, Any]) -> MeasureSpec:
+    unknown = sorted(set(cfg) - {"mode", "batch_size"})
+    if unknown:
+        raise ConfigError(f"measure: unknown option(s) {unknown}: use measure.mode and measure.batch_size")
+    mode = cfg.get("mode", "replay")
+    if mode not in MODES:
+        raise ConfigError(f"measure.mode={mode!r} is not one of {list(MODES)}: use measure.mode=replay or engine")
+    batch_size = cfg.get("batch_size")
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise ConfigError(f"measure.batch_size={batch_size!r}: give a positive integer, or null for automatic")
+    return MeasureSpec(mode=mode, batch_size=batch_size)
 
 
 def _split_target(cfg: Mapping[str, Any] | None, group: str) -> tuple[str, dict[str, Any]]:
@@ -591,7 +606,7 @@ def results_table(job: JobResult, plan: JobPlan | None = None) -> str:
     lines = [
         f"domain {s['domain']}, search {s['strategy']}: selected {label}"
         + (f" ({len(skip)} layers skipped)" if skip else ""),
-        f"{'split':<12}{'config':<10}{'accept':>8}{'metric':>9}{'tok/s':>9}{'cost ms/tok':>13}",
+        f"{'split':<12}{'config':<10}{'accept':>8}{'metric':>9}{'modeled tok/s':>15}{'ms/tok':>8}",
     ]
     for split in ("calibration", "test"):
         for which in ("dense", "selected"):
@@ -601,12 +616,20 @@ def results_table(job: JobResult, plan: JobPlan | None = None) -> str:
             cost = None if m.get("cost") is None else 1000 * m["cost"]
             lines.append(
                 f"{split:<12}{which:<10}{_fmt(m['accept_length']):>8}{_fmt(m['metric']):>9}"
-                f"{_fmt(m['tokens_per_s'], 1):>9}{_fmt(cost, 2):>13}"
+                f"{_fmt(m['tokens_per_s'], 1):>15}{_fmt(cost, 2):>8}"
             )
     c = s["search_cost"]
-    speedup = s.get("speedup_test")
+    timing, modeled = s.get("timing_test"), s.get("speedup_test_modeled")
+    if timing is not None:
+        low, high = timing["interval"]
+        lines.append(
+            f"speedup on test, measured side by side ({timing['prompts']} prompts, engine): {timing['speedup']:.2f}x "
+            f"[95% CI {low:.2f}-{high:.2f}] ({timing['tokens_per_s'][0]:.1f} -> {timing['tokens_per_s'][1]:.1f} tok/s); "
+            f"modeled {_fmt(modeled, 2)}x"
+        )
+    elif modeled is not None:
+        lines.append(f"speedup on test: modeled {modeled:.2f}x (not timed: the selection is the dense model)")
     lines.append(
-        f"speedup (test tokens/s): {'n/a' if speedup is None else f'{speedup:.2f}x'}; "
         f"{c['configurations_measured']} configurations measured, "
         f"{c['cache_hits']} from the store, search {c['wall_time_s']:.1f} s"
     )

@@ -22,9 +22,9 @@ from specsparse.session import ModelSession
 from specsparse.types import GenerationConfig, GenerationResult
 
 
-def greedy_accept(draft: list[int], logits: torch.Tensor) -> list[int]:
-    """Accepted drafts followed by the bonus token. logits: [n+1, vocab] for inputs [last, *draft]."""
-    predicted = logits.argmax(dim=-1).tolist()
+def greedy_accept(draft: list[int], predicted: list[int]) -> list[int]:
+    """Accepted drafts followed by the bonus token. predicted: the target's greedy token after each of
+    the inputs [last, *draft] (n+1 tokens; the argmax of its logits)."""
     accepted = 0
     while accepted < len(draft) and draft[accepted] == predicted[accepted]:
         accepted += 1
@@ -57,6 +57,86 @@ def sampling_accept(
     return committed + [int(bonus)]
 
 
+class Request:
+    """One request's decoding state and its step rule, shared by the engine (one request at a time)
+    and the batched verifier (many in lockstep), so both commit exactly the same tokens.
+
+    Each step: `draft()` gives the target's inputs [last, *drafts]; the caller runs them through the
+    target; `commit(logits)` accepts, appends the bonus token, stops at EOS or the budget, and feeds
+    the drafter. The caller keeps `len(committed)` of the step's cache positions: [last, accepted drafts].
+    """
+
+    def __init__(
+        self,
+        prompt_ids: Sequence[int],
+        drafter: Drafter | None,
+        config: GenerationConfig,
+        eos_token_ids: Sequence[int] = (),
+    ):
+        if len(prompt_ids) == 0:
+            raise ValueError("empty prompt: give at least one token")
+        self.drafter = drafter
+        self.config = config
+        self.eos = set(eos_token_ids) if config.stop_on_eos else set()
+        self.generator = torch.Generator().manual_seed(config.seed) if config.temperature > 0 else None
+        self.last = int(prompt_ids[-1])
+        self.new_tokens: list[int] = []
+        self.accept_lengths: list[int] = []
+        self.verified_lengths: list[int] = []  # target inputs per step: 1 + drafted tokens
+        self.done = False
+        self._proposal = Proposal([])
+        self._verified_ids: list[int] = []
+        if drafter is not None:
+            drafter.begin(list(prompt_ids))
+
+    def draft(self) -> list[int]:
+        """The target's inputs for the next step: [last committed token, *draft tokens]."""
+        # Never draft past the budget: the bonus token is one more.
+        budget = min(self.config.num_draft_tokens, self.config.max_new_tokens - len(self.new_tokens) - 1)
+        drafter = self.drafter
+        proposal = drafter.propose(budget) if drafter is not None and budget > 0 else Proposal([])
+        if len(proposal.tokens) > budget:
+            probs = None if proposal.probs is None else proposal.probs[:budget]
+            proposal = Proposal(proposal.tokens[:budget], probs)
+        self._proposal = proposal
+        self._verified_ids = [self.last, *proposal.tokens]
+        return list(self._verified_ids)
+
+    def commit(self, logits: torch.Tensor | None, predicted: list[int] | None = None) -> list[int]:
+        """Accept from the target's logits [n+1, vocab] for the last `draft()`; return the committed tokens.
+
+        Replay passes `predicted` (the target's greedy tokens) instead, with logits None: greedy
+        acceptance reads nothing else, and only drafters that ignore logits are replayed.
+        """
+        proposal = self._proposal
+        if self.generator is None:
+            committed = greedy_accept(proposal.tokens, logits.argmax(dim=-1).tolist() if predicted is None else predicted)
+        else:
+            committed = sampling_accept(proposal, logits, self.config.temperature, self.generator)
+        stop_at = next((i for i, token in enumerate(committed) if token in self.eos), None)
+        if stop_at is not None:
+            committed = committed[: stop_at + 1]
+        self.new_tokens.extend(committed)
+        self.accept_lengths.append(len(committed))
+        self.verified_lengths.append(len(proposal.tokens) + 1)
+        self.last = committed[-1]
+        self.done = stop_at is not None or len(self.new_tokens) >= self.config.max_new_tokens
+        if self.drafter is not None:
+            if stop_at is None:
+                self.drafter.observe(committed, self._verified_ids, logits)
+            if self.done:
+                self.drafter.close()
+        return committed
+
+    def result(self, **timings: float) -> GenerationResult:
+        return GenerationResult(
+            new_token_ids=tuple(self.new_tokens),
+            accept_lengths=tuple(self.accept_lengths),
+            verified_lengths=tuple(self.verified_lengths),
+            **timings,
+        )
+
+
 def speculative_generate(
     target: PreTrainedModel,
     prompt_ids: Sequence[int],
@@ -72,57 +152,26 @@ def speculative_generate(
     skip_layers: target layers skipped for this request (validated; () is the dense model).
     on_step: called with the tokens committed by each verification step (for streaming).
     """
-    if len(prompt_ids) == 0:
-        raise ValueError("empty prompt: give at least one token")
     start = time.perf_counter()
-    eos = set(eos_token_ids) if config.stop_on_eos else set()
-    generator = torch.Generator().manual_seed(config.seed) if config.temperature > 0 else None
     with torch.inference_mode():
+        request = Request(prompt_ids, drafter, config, eos_token_ids)
         session = ModelSession(target, tuple(skip_layers))
         session.prefill(prompt_ids[:-1])
         prefill_time = time.perf_counter() - start
-        if drafter is not None:
-            drafter.begin(list(prompt_ids))
-        last = int(prompt_ids[-1])
-        new_tokens: list[int] = []
-        accept_lengths: list[int] = []
         draft_time = verify_time = 0.0
-        while len(new_tokens) < config.max_new_tokens:
-            # Never draft past the budget: the bonus token is one more.
-            budget = min(config.num_draft_tokens, config.max_new_tokens - len(new_tokens) - 1)
+        while not request.done:
             tick = time.perf_counter()
-            proposal = drafter.propose(budget) if drafter is not None and budget > 0 else Proposal([])
-            if len(proposal.tokens) > budget:
-                probs = None if proposal.probs is None else proposal.probs[:budget]
-                proposal = Proposal(proposal.tokens[:budget], probs)
+            verified_ids = request.draft()
             tock = time.perf_counter()
             draft_time += tock - tick
-            verified_ids = [last, *proposal.tokens]
             logits = session.forward(verified_ids)
             verify_time += time.perf_counter() - tock
-            if generator is None:
-                committed = greedy_accept(proposal.tokens, logits)
-            else:
-                committed = sampling_accept(proposal, logits, config.temperature, generator)
+            committed = request.commit(logits)
             # Keep [last, accepted drafts] in the cache; the bonus token becomes the next `last`.
             session.rollback(session.length - len(verified_ids) + len(committed))
-            stop_at = next((i for i, token in enumerate(committed) if token in eos), None)
-            if stop_at is not None:
-                committed = committed[: stop_at + 1]
-            new_tokens.extend(committed)
-            accept_lengths.append(len(committed))
             if on_step is not None:
                 on_step(committed)
-            last = committed[-1]
-            if stop_at is not None:
-                break
-            if drafter is not None:
-                drafter.observe(committed, verified_ids, logits)
-        if drafter is not None:
-            drafter.close()
-    return GenerationResult(
-        new_token_ids=tuple(new_tokens),
-        accept_lengths=tuple(accept_lengths),
+    return request.result(
         draft_time_s=draft_time,
         verify_time_s=verify_time,
         wall_time_s=time.perf_counter() - start,

@@ -11,15 +11,19 @@ import functools
 import hashlib
 import importlib
 import logging
+import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from specsparse import __version__
 from specsparse.data import Example, get_domain, load_examples, split_examples
 from specsparse.drafters.base import Drafter
-from specsparse.measure import EarlyReject, measure
+from specsparse.measure import Continuations, EarlyReject, measure
 from specsparse.models import LoadedModel, load_model_cached
+from specsparse.profile import CostProfile, DraftCost, draft_cost, price, profile_for
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.store import content_hash
 from specsparse.types import Candidate, GenerationConfig, Measurement
@@ -68,6 +72,15 @@ class DrafterSpec:
 
 
 @dataclass(frozen=True)
+class MeasureSpec:
+    """How a configuration is measured (see `specsparse.measure`). The batch size does not change
+    results, so it is left out of store keys."""
+
+    mode: str = "replay"
+    batch_size: int | None = None  # None: as many rows as fit (`auto_batch_size`)
+
+
+@dataclass(frozen=True)
 class EvaluationSpec:
     model: str = "smollm2-135m"
     dtype: str = "float32"
@@ -76,6 +89,7 @@ class EvaluationSpec:
     domain: DomainSpec = DomainSpec("translation")
     split: str = "calibration"
     generation: GenerationConfig = GenerationConfig()
+    measure: MeasureSpec = MeasureSpec()
 
     def with_split(self, split: str) -> EvaluationSpec:
         return replace(self, split=split)
@@ -95,7 +109,8 @@ def code_version() -> str:
     """Hash of the sources that can change a measurement (engine, drafters, data, metrics, ...)."""
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256(__version__.encode())
-    parts = ["engine.py", "skipping.py", "measure.py", "generation.py", "models.py", "drafters", "data", "metrics"]
+    parts = ["engine.py", "skipping.py", "batched.py", "replay.py", "measure.py", "generation.py", "models.py",
+             "drafters", "data", "metrics"]
     for part in parts:
         path = root / part
         for file in sorted(path.rglob("*") if path.is_dir() else [path]):
@@ -115,12 +130,14 @@ class Evaluator:
         self.examples = spec.domain.load(spec.split)
         if not self.examples:
             raise ValueError(f"domain {spec.domain.name!r} has no {spec.split} examples: add examples or change the split")
-        self._ranking: list[int] | None = None
+        self.continuations: Continuations = {}  # greedy generations, shared by every candidate's replay
+        self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, len(self.examples), spec.generation)
 
     # -- identity ------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """Everything that affects a measurement, as JSON-able data (the store meta and key base)."""
         spec = asdict(self.spec)
+        spec["measure"].pop("batch_size")
         spec["model_identity"] = self.target.identity
         spec["example_ids"] = [ex.id for ex in self.examples]
         spec["code_version"] = code_version()
@@ -131,18 +148,39 @@ class Evaluator:
         return content_hash(self.describe())
 
     def key(self, candidate: Candidate, thresholds: tuple | None = None) -> str:
+        if self.spec.measure.mode != "engine":
+            thresholds = None  # replay measures the whole split: the thresholds cannot change it
         return content_hash({"spec": self._description_hash, "candidate": candidate, "early_reject": thresholds})
 
     # -- measuring -----------------------------------------------------------------------------
     def evaluate(self, candidate: Candidate, thresholds: tuple | None = None, progress: bool = True) -> Measurement:
+        """Measure `candidate` on this split, priced by the cost profile. Early rejection
+        (`thresholds`) applies to engine-mode measurements only."""
         vocab_ids = None if candidate.vocab_size is None else self.vocab_ids(candidate.vocab_size)
-        drafter = self.spec.drafter.build(self.target, vocab_ids)
-        early = None if thresholds is None else EarlyReject(*thresholds)
-        return measure(
-            self.target, self.domain, self.examples, drafter, candidate.skip_layers, self.spec.generation,
-            early_reject=early, progress=progress,
+        early = None if thresholds is None or self.spec.measure.mode != "engine" else EarlyReject(*thresholds)
+        measurement = measure(
+            self.target, self.domain, self.examples, lambda: self.spec.drafter.build(self.target, vocab_ids),
+            candidate.skip_layers, self.spec.generation, mode=self.spec.measure.mode, batch_size=self.batch_size,
+            continuations=self.continuations, early_reject=early, progress=progress,
             description=f"{self.domain.name} {candidate.label}",
         )
+        return self.price(candidate, measurement)
+
+    def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
+        """`measurement` with its modeled cost from this machine's cost profile (never from a stored timing)."""
+        if candidate.vocab_size not in self._draft_costs:
+            vocab_ids = None if candidate.vocab_size is None else self.vocab_ids(candidate.vocab_size)
+            self._draft_costs[candidate.vocab_size] = draft_cost(self.spec.drafter.build(self.target, vocab_ids), self.profile)
+        kept = self.target.num_layers - len(candidate.skip_layers)
+        return price(measurement, self.profile, kept, self._draft_costs[candidate.vocab_size])
+
+    @functools.cached_property
+    def profile(self) -> CostProfile:
+        return profile_for(self.target.model)
+
+    @functools.cached_property
+    def _draft_costs(self) -> dict[int | None, DraftCost]:
+        return {}
 
     # -- vocabulary trimming -------------------------------------------------------------------
     @functools.cached_property
@@ -183,3 +221,24 @@ class Evaluator:
             return head_latency_reduction(k, vocab_size, hidden, 2.0 * layer_params)
 
         return coverage, latency_reduction
+
+
+def auto_batch_size(target: LoadedModel, num_prompts: int, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
+    """Rows per batched pass: all prompts up to a cap, fewer when a row's KV cache and logits would not
+    fit in a quarter of the free accelerator memory (or of the host memory on CPU). On CPU, wider
+    batches stop paying off past about 16 rows (BENCHMARKS.md), so that is the cap there."""
+    config = target.model.config
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    capacity = longest_prompt + generation.max_new_tokens + generation.num_draft_tokens + 1
+    element = target.model.dtype.itemsize
+    per_row = 2 * target.num_layers * kv_heads * head_dim * capacity * element
+    per_row += (generation.num_draft_tokens + 1) * config.vocab_size * 4 * 3  # logits and their copies
+    device = target.model.device
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+        cap = 64
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        cap = 16
+    return max(1, min(cap, num_prompts, int(free // 4 // per_row)))

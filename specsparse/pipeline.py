@@ -22,6 +22,7 @@ from specsparse.search.base import SearchResult, SearchStrategy
 from specsparse.search.driver import OnResult, candidate_meta, run_search
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.store import ResultsStore, atomic_write_text, content_hash, measurement_to_dict
+from specsparse.timing import SideBySide, time_side_by_side
 from specsparse.types import Candidate, Measurement
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class JobResult:
     wall_time_s: float
     num_layers: int = 0
     description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
+    timing: SideBySide | None = None  # dense vs selected on the test split, timed side by side
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from)."""
@@ -113,7 +115,11 @@ class JobResult:
             "selected_vocab_size": s.selected.vocab_size,
             "calibration": {"dense": numbers(s.dense), "selected": numbers(s.selected_measurement)},
             "test": {"dense": numbers(self.test_dense), "selected": numbers(self.test_selected)},
-            "speedup_test": _ratio(self.test_selected, self.test_dense, "tokens_per_s"),
+            # Measured: the engine, dense and selected interleaved in this process. Modeled: the cost profile.
+            "speedup_test": None if self.timing is None else self.timing.speedup,
+            "speedup_test_interval": None if self.timing is None else list(self.timing.interval),
+            "speedup_test_modeled": _ratio(self.test_selected, self.test_dense, "tokens_per_s"),
+            "timing_test": None if self.timing is None else self.timing.as_dict(),
             "search_cost": {
                 "configurations_measured": s.n_measured,
                 "cache_hits": s.n_cache_hits,
@@ -148,7 +154,7 @@ def measure_with_store(
 
     if missing:
         runner.evaluate_batch(evaluator.spec, missing, on_result=store_now)
-    return [store.get(keys[c]) for c in candidates]
+    return [evaluator.price(c, store.get(keys[c])) for c in candidates]
 
 
 def run_job(
@@ -179,15 +185,28 @@ def run_job(
         meta_fn=lambda c: {**description, "search": search.name},
         progress=progress,
         on_measurement=on_measurement,
+        price=calibration.price,
     )
-    test_dense = test_selected = None
+    test_dense = test_selected = timing = None
     if evaluate_test:
         test = Evaluator(spec.with_split("test"))
         test_dense, test_selected = measure_with_store(runner, test, [result.baseline, result.selected], store)
+        if result.selected != result.baseline:
+            timing = time_side_by_side(
+                test.target, test.domain, test.examples,
+                [(c.label, c.skip_layers, _drafter_factory(calibration, c)) for c in (result.baseline, result.selected)],
+                spec.generation, progress=progress,
+            )
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
-                    time.perf_counter() - start, calibration.target.num_layers, description)
+                    time.perf_counter() - start, calibration.target.num_layers, description, timing)
     write_job_outputs(job, calibration)
     return job
+
+
+def _drafter_factory(calibration: Evaluator, candidate: Candidate):
+    """New drafters for `candidate`, with the vocabulary chosen on the calibration split."""
+    vocab_ids = None if candidate.vocab_size is None else calibration.vocab_ids(candidate.vocab_size)
+    return lambda: calibration.spec.drafter.build(calibration.target, vocab_ids)
 
 
 def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:

@@ -60,7 +60,7 @@ def spec_to_dict(spec: EvaluationSpec) -> dict[str, Any]:
 
 
 def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
-    from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec  # noqa: PLC0415
+    from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, MeasureSpec  # noqa: PLC0415
 
     domain = dict(data["domain"])
     domain["exclude_ids"] = tuple(domain.get("exclude_ids") or ())
@@ -72,6 +72,7 @@ def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
         domain=DomainSpec(**domain),
         split=data["split"],
         generation=GenerationConfig(**data["generation"]),
+        measure=MeasureSpec(**data.get("measure", {})),
     )
 
 

@@ -1,4 +1,12 @@
-"""A model under one skip set with its own KV cache: the unit the engine and LM drafters run."""
+"""A model under one skip set with its own KV cache: the unit the engine and LM drafters run.
+
+`ModelSession` holds one sequence. `BatchedSession` holds many rows, each at its own length: row b's
+chunk is written at positions [L_b, L_b + C) of its slot and its queries see keys j <= their own
+position. No cache crop is ever needed: positions below L_b are always the row's committed context,
+and each step rewrites [L_b, L_b + C) before any query reads it, so stale keys of rejected drafts or
+padding beyond L_b are never visible; rolling a row back is only setting L_b. Positions and masks come
+from the row lengths, never from a cache layer, so skipping layer 0 is safe here too.
+"""
 
 from __future__ import annotations
 
@@ -51,3 +59,119 @@ class ModelSession:
         """Keep only the first `length` cached positions."""
         self.cache.crop_to(length)
         self.length = min(self.length, length)
+
+
+class RowCache:
+    """Per-layer K/V buffers [batch, kv_heads, capacity, head_dim] written at per-row positions.
+
+    Implements the one method HF attention layers call (`update`); positions and masks are given to
+    the model explicitly, so nothing asks this cache for its length.
+    """
+
+    is_compileable = False
+
+    def __init__(self, batch_size: int, capacity: int):
+        self.batch_size = batch_size
+        self.capacity = capacity
+        self._keys: dict[int, torch.Tensor] = {}
+        self._values: dict[int, torch.Tensor] = {}
+        self.rows: torch.Tensor | None = None  # rows in this forward (None: all, in order)
+        self.positions = torch.zeros(0)  # [rows, chunk] cache positions written by this forward
+        self.kv_length = 0  # keys returned per row: max over rows of length + chunk
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx not in self._keys:
+            batch, heads, _, dim = key_states.shape
+            shape = (self.batch_size, heads, self.capacity, dim)
+            self._keys[layer_idx] = key_states.new_zeros(shape)
+            self._values[layer_idx] = value_states.new_zeros(shape)
+        keys, values = self._keys[layer_idx], self._values[layer_idx]
+        rows = torch.arange(self.batch_size) if self.rows is None else self.rows
+        index = (rows[:, None], slice(None), self.positions)  # advanced indices -> [rows, chunk, heads, dim]
+        keys[index] = key_states.transpose(1, 2)
+        values[index] = value_states.transpose(1, 2)
+        if self.rows is None:
+            return keys[:, :, : self.kv_length], values[:, :, : self.kv_length]
+        return keys[self.rows, :, : self.kv_length], values[self.rows, :, : self.kv_length]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.kv_length
+
+
+class BatchedSession:
+    """A model under one skip set with `batch_size` independent rows (a `ModelSession` per row)."""
+
+    def __init__(self, model: PreTrainedModel, skip_layers: Sequence[int], batch_size: int, capacity: int):
+        self.model = model
+        self.skipper = skipper_for(model)
+        self.skip_layers = validate_skip_layers(skip_layers, self.skipper.num_layers)
+        self.cache = RowCache(batch_size, capacity)
+        self.lengths = [0] * batch_size
+        config = model.config
+        self.softcap = getattr(config, "final_logit_softcapping", None)
+        layer_types = getattr(config, "layer_types", None) or []
+        # Models with sliding-window layers take one mask per layer kind (Gemma 3).
+        self.sliding_window = getattr(config, "sliding_window", None) if "sliding_attention" in layer_types else None
+        self.eager = getattr(config, "_attn_implementation", "sdpa") == "eager"
+        self.pad_id = 0
+
+    def forward(
+        self, chunks: dict[int, list[int]], all_rows: bool = False, head_weight: torch.Tensor | None = None
+    ) -> dict[int, torch.Tensor]:
+        """Run each row's `chunks[row]` after its cached context; return its logits [len, vocab].
+
+        head_weight: [vocab', hidden] rows of the LM head to compute (a trimmed head), default all.
+        all_rows: run every row of the batch (rows missing from `chunks` run one padding token that
+        is never kept), which avoids gathering the cache for a subset.
+        """
+        rows = list(range(len(self.lengths))) if all_rows else sorted(chunks)
+        width = max(len(chunks.get(r, ())) for r in rows) or 1
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            chunk = chunks.get(r, ())
+            ids[i, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+        starts = torch.tensor([self.lengths[r] for r in rows])
+        positions = starts[:, None] + torch.arange(width)  # [rows, width]
+        if int(positions.max()) >= self.cache.capacity:
+            raise ValueError(f"batched cache capacity {self.cache.capacity} exceeded: size it for the longest sequence")
+        self.cache.rows = None if all_rows else torch.tensor(rows)
+        self.cache.positions = positions
+        self.cache.kv_length = int(positions.max()) + 1
+        device = self.model.device
+        with self.skipper.skipping(self.skip_layers):
+            out = self.skipper.base(
+                input_ids=ids.to(device), attention_mask=self._mask(positions), position_ids=positions.to(device),
+                cache=self.cache, use_cache=True,
+            )
+        lengths = [len(chunks.get(r, ())) for r in rows]
+        hidden = torch.cat([out.last_hidden_state[i, :n] for i, n in enumerate(lengths) if n])
+        weight = self.model.get_output_embeddings().weight if head_weight is None else head_weight
+        logits = torch.nn.functional.linear(hidden, weight).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        result = dict(zip([r for r, n in zip(rows, lengths) if n], logits.split([n for n in lengths if n])))
+        for r, n in zip(rows, lengths):
+            self.lengths[r] += n
+        return result
+
+    def _mask(self, positions: torch.Tensor):
+        """Query at position p sees keys j <= p (and p - j < window on sliding layers): [rows, 1, width, kv]."""
+        keys = torch.arange(self.cache.kv_length)
+        visible = keys[None, None, :] <= positions[:, :, None]
+        masks = {"full_attention": visible}
+        if self.sliding_window is not None:
+            masks["sliding_attention"] = visible & (positions[:, :, None] - keys[None, None, :] < self.sliding_window)
+        dtype = self.model.dtype
+        for kind, mask in masks.items():
+            mask = mask[:, None].to(self.model.device)
+            if self.eager:  # eager attention adds the mask to the scores
+                mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+            masks[kind] = mask
+        return masks if self.sliding_window is not None else masks["full_attention"]
+
+    def keep(self, row: int, length: int) -> None:
+        """Keep only the first `length` positions of `row` (a rollback is only a new length)."""
+        self.lengths[row] = min(self.lengths[row], length)
+
+    def reset_row(self, row: int) -> None:
+        self.lengths[row] = 0

@@ -35,9 +35,10 @@ class GenerationResult:
 
     new_token_ids: tuple[int, ...]
     accept_lengths: tuple[int, ...]
-    draft_time_s: float
-    verify_time_s: float
-    wall_time_s: float
+    verified_lengths: tuple[int, ...] = ()  # target inputs per step (1 + drafted tokens)
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    wall_time_s: float = 0.0
     prefill_time_s: float = 0.0
 
     @property
@@ -77,8 +78,12 @@ class Measurement:
 
     accept_length: mean over all verification steps of all prompts.
     metric: the domain's task metric in [0, 1], or None when the domain has no references.
-    cost: measured target verification time per generated token (seconds/token).
+    cost: modeled time per generated token (s/token): draft plus verification time from the cost
+        profile (`specsparse.profile`), priced from target_forwards and verified_tokens. 0 until priced.
+    tokens_per_s: modeled, 1 / cost (0 until priced). Measured speedups come from side-by-side timing.
     flops_fraction: analytic share of the dense target's layer FLOPs still active.
+    target_forwards / verified_tokens: verification steps, and the target inputs they verified.
+    wall_time_s, draft_time_s: what this measurement took to compute (never used to decide anything).
     """
 
     accept_length: float
@@ -92,6 +97,7 @@ class Measurement:
     draft_time_s: float = 0.0
     early_stopped: bool = False  # measurement aborted once it was certain to be infeasible
     per_prompt: tuple[PromptResult, ...] = field(default=(), compare=False)
+    verified_tokens: int = 0
 
 
 @dataclass(frozen=True)

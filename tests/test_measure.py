@@ -6,7 +6,7 @@ import pytest
 
 from specsparse.data import get_domain, load_examples
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, Evaluator
+from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, Evaluator, MeasureSpec
 from specsparse.measure import EarlyReject, layer_flops_fraction, measure
 from specsparse.types import Candidate, GenerationConfig
 
@@ -16,19 +16,19 @@ CONFIG = GenerationConfig(max_new_tokens=12, num_draft_tokens=3)
 def test_measure_is_deterministic_and_complete(tiny):
     domain = get_domain("summarization")
     examples = load_examples("summarization", limit=3)
-    first = measure(tiny, domain, examples, SuffixAutomatonDrafter.from_target(tiny), (1,), CONFIG, progress=False)
-    second = measure(tiny, domain, examples, SuffixAutomatonDrafter.from_target(tiny), (1,), CONFIG, progress=False)
+    first = measure(tiny, domain, examples, lambda: SuffixAutomatonDrafter.from_target(tiny), (1,), CONFIG, progress=False)
+    second = measure(tiny, domain, examples, lambda: SuffixAutomatonDrafter.from_target(tiny), (1,), CONFIG, progress=False)
     assert (first.accept_length, first.metric, first.new_tokens) == (second.accept_length, second.metric, second.new_tokens)
     assert [p.output_text for p in first.per_prompt] == [p.output_text for p in second.per_prompt]
     assert len(first.per_prompt) == 3 and first.metric is not None and 0 <= first.metric <= 1
     assert first.target_forwards == sum(len(p.accept_lengths) for p in first.per_prompt)
     assert first.new_tokens == sum(p.new_tokens for p in first.per_prompt)
-    assert first.cost > 0 and first.flops_fraction < 1
+    assert first.verified_tokens >= first.target_forwards and first.flops_fraction < 1
 
 
 def test_domain_without_references_has_no_metric_and_runs_both_turns(tiny):
     examples = load_examples("mt_bench", limit=2)
-    result = measure(tiny, get_domain("mt_bench"), examples, PromptLookupDrafter(), (), CONFIG, progress=False)
+    result = measure(tiny, get_domain("mt_bench"), examples, PromptLookupDrafter, (), CONFIG, progress=False)
     assert result.metric is None
     assert all(p.new_tokens > CONFIG.max_new_tokens for p in result.per_prompt)  # two turns each
 
@@ -43,16 +43,18 @@ def test_early_reject_stops_a_hopeless_configuration(tiny):
     domain = get_domain("translation")
     examples = load_examples("translation", limit=6)
     hopeless = EarlyReject(min_accept=100.0, min_metric=None)
-    result = measure(tiny, domain, examples, PromptLookupDrafter(), (), CONFIG, early_reject=hopeless, progress=False)
+    result = measure(tiny, domain, examples, PromptLookupDrafter, (), CONFIG, mode="engine", early_reject=hopeless,
+                     progress=False)
     assert result.early_stopped and len(result.per_prompt) == 3
     fine = EarlyReject(min_accept=0.5, min_metric=None)
-    full = measure(tiny, domain, examples, PromptLookupDrafter(), (), CONFIG, early_reject=fine, progress=False)
+    full = measure(tiny, domain, examples, PromptLookupDrafter, (), CONFIG, mode="engine", early_reject=fine,
+                   progress=False)
     assert not full.early_stopped and len(full.per_prompt) == 6
 
 
 def test_no_examples_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match="no examples"):
-        measure(tiny, get_domain("qa"), [], None)
+        measure(tiny, get_domain("qa"), [])
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,10 @@ def test_store_keys_change_with_every_setting(spec):
     keys = {Evaluator(v).key(Candidate((1,))) for v in variants}
     assert key not in keys and len(keys) == len(variants)
     assert base.key(Candidate((2,))) != key and base.key(Candidate((1,), vocab_size=50)) != key
-    assert base.key(Candidate((1,)), thresholds=(1.0, None)) != key
+    assert base.key(Candidate((1,)), thresholds=(1.0, None)) == key  # replay measures every prompt anyway
+    engine = Evaluator(replace(spec, measure=MeasureSpec(mode="engine")))
+    assert engine.key(Candidate((1,)), thresholds=(1.0, None)) != engine.key(Candidate((1,))) != key
+    assert Evaluator(replace(spec, measure=MeasureSpec(batch_size=3))).key(Candidate((1,))) == key  # batch size: same results
 
 
 def test_trimmed_vocabulary_comes_from_calibration_references(spec):
@@ -90,5 +95,8 @@ def test_trimmed_vocabulary_comes_from_calibration_references(spec):
     coverage, reduction = evaluator.vocab_objective()
     assert 0 < coverage(20) <= coverage(40) <= 1
     assert reduction(20) > reduction(200) > 0
-    measured = evaluator.evaluate(Candidate(vocab_size=20), progress=False)
-    assert measured.new_tokens > 0
+    trimmed = evaluator.evaluate(Candidate(vocab_size=20), progress=False)
+    full = evaluator.evaluate(Candidate(), progress=False)
+    # The same target outputs (lossless), whatever head the drafter has.
+    assert [p.output_text for p in trimmed.per_prompt] == [p.output_text for p in full.per_prompt]
+    assert 0 < trimmed.cost and 0 < full.cost and trimmed.tokens_per_s == pytest.approx(1 / trimmed.cost)

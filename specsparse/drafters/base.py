@@ -10,10 +10,15 @@ Lifecycle for one request (the engine drives it):
 
 `reset()` clears any state kept across requests (e.g. Token Recycling's adjacency matrix), so a
 measurement that calls it first is a pure function of its inputs.
+
+Replay (`specsparse.replay`) scores a drafter against the target's known greedy continuation with no
+target forward: it needs drafters whose proposals depend on the committed context only
+(`replayable`). `replay_drafters` may precompute them for a batch (LM drafters do).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +45,10 @@ class Drafter:
     """Base class; subclasses override what they need."""
 
     name: str = "drafter"
+    # Proposals are a deterministic function of the committed context. Not so for drafters that learn
+    # from the target's logits at every verified input, rejected drafts included (replay cannot know
+    # those), or that sample: they are measured by lockstep batched verification instead.
+    replayable: bool = True
 
     @classmethod
     def from_target(cls, target: LoadedModel, vocab_ids: list[int] | None = None, **options) -> Drafter:
@@ -54,6 +63,15 @@ class Drafter:
 
     def reset(self) -> None:
         """Forget state carried across requests."""
+
+    def replay_drafters(
+        self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], batch_size: int
+    ) -> list[Drafter]:
+        """One drafter per prompt for replaying it over the target's greedy `continuations`.
+
+        Context-only drafters restart on `begin`, so this one instance serves every prompt in turn.
+        """
+        return [self] * len(prompts)
 
     def begin(self, prompt_ids: list[int]) -> None:
         """Start a request whose context is `prompt_ids` (chat template already applied)."""

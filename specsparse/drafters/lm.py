@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specsparse.drafters.base import Drafter, Proposal
-from specsparse.session import ModelSession
+from specsparse.session import BatchedSession, ModelSession
 
 
 class LMDrafter(Drafter):
@@ -50,6 +50,28 @@ class LMDrafter(Drafter):
             self.head_weight = head[self.vocab_ids].contiguous()  # [k, hidden]: the trimmed head
         self.full_vocab_size = head.shape[0]
         self.session: ModelSession | None = None
+
+    @property
+    def replayable(self) -> bool:  # type: ignore[override]
+        return self.temperature <= 0
+
+    def replay_drafters(self, prompts, continuations, batch_size) -> list[Drafter]:
+        """Greedy chains need no drafting loop: after an accepted draft the drafter's context is the
+        target's own continuation, so its i-th draft at a step is its greedy prediction at that position
+        of the continuation. One teacher-forced batched forward gives all of them."""
+        sequences = [[*p, *c] for p, c in zip(prompts, continuations)]
+        predictions = []
+        for first in range(0, len(sequences), batch_size):
+            group = sequences[first : first + batch_size]
+            session = BatchedSession(self.model, self.skip_layers, len(group), max(len(s) for s in group))
+            with torch.inference_mode():
+                logits = session.forward(dict(enumerate(group)), head_weight=self.head_weight)
+            for row, sequence in enumerate(group):
+                best = logits[row].argmax(dim=-1)
+                predictions.append((best if self.vocab_ids is None else self.vocab_ids[best]).tolist())
+        return [
+            PredictedChainDrafter(len(p), c, pred) for p, c, pred in zip(prompts, continuations, predictions)
+        ]
 
     @property
     def vocab_size(self) -> int:
@@ -103,3 +125,36 @@ class LMDrafter(Drafter):
 
     def close(self) -> None:
         self.session = None
+
+
+class PredictedChainDrafter(Drafter):
+    """Replays a greedy LM drafter from its teacher-forced predictions over one known continuation.
+
+    predictions[j]: the drafter's greedy token after prompt + continuation[:j - prompt_length].
+    A step at continuation position i proposes predictions from i on while they equal the
+    continuation, then the first wrong one; later tokens cannot be accepted, so the chain is filled
+    with it to the drafter's usual length (the verified chunk length stays exact).
+    """
+
+    name = "predicted_chain"
+
+    def __init__(self, prompt_length: int, continuation: Sequence[int], predictions: Sequence[int]):
+        self.continuation = list(continuation)
+        self.predictions = list(predictions[prompt_length - 1 :])  # [i]: the prediction for continuation[i]
+        self.position = 0
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.position = 0
+
+    def propose(self, k: int) -> Proposal:
+        tokens: list[int] = []
+        i = self.position
+        while len(tokens) < k and i < len(self.predictions):
+            tokens.append(self.predictions[i])
+            if i >= len(self.continuation) or self.predictions[i] != self.continuation[i]:
+                break
+            i += 1
+        return Proposal(tokens + tokens[-1:] * (k - len(tokens)) if tokens else [])
+
+    def observe(self, committed: list[int], verified_ids: list[int], verified_logits) -> None:
+        self.position += len(committed)

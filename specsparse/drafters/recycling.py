@@ -17,6 +17,7 @@ class TokenRecyclingDrafter(Drafter):
     """
 
     name = "recycling"
+    replayable = False
 
     @classmethod
     def from_target(cls, target, vocab_ids=None, **options) -> TokenRecyclingDrafter:

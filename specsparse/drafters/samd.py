@@ -52,6 +52,10 @@ class SuffixAutomatonDrafter(Drafter):
         self.match_length = 0
 
     @property
+    def replayable(self) -> bool:  # type: ignore[override]
+        return self.fallback is None or self.fallback.replayable
+
+    @property
     def num_states(self) -> int:
         return len(self._len)
 

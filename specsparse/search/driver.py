@@ -44,6 +44,7 @@ def run_search(
     meta_fn: Callable[[Candidate], dict[str, Any]] | None = None,
     progress: bool = True,
     on_measurement: OnMeasurement | None = None,
+    price: Callable[[Candidate, Measurement], Measurement] | None = None,
 ) -> SearchResult:
     """Run `strategy` to completion (or until the budget is spent) and return its result.
 
@@ -62,6 +63,8 @@ def run_search(
         generation settings); the candidate itself is always added under "candidate", and for an
         early-stopped measurement the strategy's thresholds under "early_stop_thresholds".
     progress: show a tqdm bar (new measurements; cache hits in the postfix).
+    price: re-prices every measurement, stored or new, from its counts (the cost profile), so a cost
+        or timing stored by another run never reaches the strategy.
     """
     if budget is not None and budget < 0:
         raise ValueError(f"budget must be >= 0 or None, got {budget}")
@@ -110,6 +113,8 @@ def run_search(
                 if c not in results:
                     continue
                 m, cached = results[c]
+                if price is not None:
+                    m = price(c, m)
                 measured[c] = m
                 n_hits += cached
                 n_round_hits += cached

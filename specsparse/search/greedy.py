@@ -19,7 +19,7 @@ class GreedySearch(LayerSkipSearch):
     commit to the feasible one with the best score, stop when none is feasible or at max_depth.
 
     Score of a configuration: `weight_accept * A/A0 + (1 - weight_accept) * M/M0 - cost/cost0`
-    (retained quality minus relative FLOPs cost, see `pareto.selection_cost`; the quality term is the single ratio in use when only one
+    (retained quality minus relative modeled cost, see `pareto.selection_cost`; the quality term is the single ratio in use when only one
     constraint applies). Ties: lower cost, then the lexicographically smaller skip set.
     The final pick uses the shared rule over everything measured (cheapest feasible Pareto point),
     which is the committed path's end or a cheaper configuration seen on the way.

@@ -4,10 +4,11 @@ A configuration is *feasible* when it keeps both accept length A and task metric
 the dense model: A >= (1 - eps_A) * A0 and M >= (1 - eps_M) * M0. Domains without references have no
 metric (M0 is None); the rule then uses acceptance only.
 
-Cost here is `selection_cost`: the analytic FLOPs fraction of the active target layers. The measured
-verification time per token is recorded and reported, but on a shared machine its noise (10-20%) is
-larger than the difference between skip sets of equal depth, whose compute is identical; choosing by it
-would make the selected set depend on timing noise and differ between runs and runners.
+Cost here is `selection_cost`: the modeled time per generated token, (draft + verify time) / A, priced
+from the measurement's step counts by the cost profile (`specsparse.profile`). It accounts for accept
+length: a deeper skip set that verifies faster but accepts less can cost more per token. It is never a
+wall-clock timing taken while measuring: on a shared machine that noise (10-20%) is larger than the
+difference between skip sets of equal depth, and it would make selections differ between runs.
 
 The Pareto front is taken over (A up, M up, cost down). A configuration is dropped only when another one
 is at least as good in A *and* M *and* cost (and better in one): being worse in both A and M is not
@@ -79,8 +80,8 @@ def is_feasible(
 
 
 def selection_cost(m: Measurement) -> float:
-    """The cost searches minimise: the FLOPs fraction of the active target layers (see module doc)."""
-    return m.flops_fraction
+    """The cost searches minimise: modeled time per generated token (see module doc)."""
+    return m.cost
 
 
 def selection_key(point: Point) -> tuple:

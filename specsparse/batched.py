@@ -1,0 +1,84 @@
+"""Many requests in lockstep: one padded target forward per step, each row at its own length.
+
+`generate_batch` runs the engine's step rule (`engine.Request`) for every prompt, with all active rows
+verified in one forward of a `BatchedSession` (see session.py). A row's result equals what the engine
+gives for that prompt alone (up to float summation order: a near-tie can flip). A finished row takes
+the next waiting prompt (continuous batching).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from specsparse.drafters.base import Drafter
+from specsparse.engine import Request
+from specsparse.session import BatchedSession
+from specsparse.types import GenerationConfig, GenerationResult
+
+
+def generate_batch(
+    target: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    drafters: Sequence[Drafter | None] | None = None,
+    config: GenerationConfig = GenerationConfig(),
+    skip_layers: Sequence[int] = (),
+    eos_token_ids: Sequence[int] = (),
+    batch_size: int = 16,
+    on_done: Callable[[int], None] | None = None,
+) -> list[GenerationResult]:
+    """What `speculative_generate` gives for each prompt, computed in lockstep batches.
+
+    drafters: one per prompt (each sees only its own request), or None for plain greedy decoding.
+    on_done(index) is called as each prompt finishes (for progress bars). Greedy only: sampling draws
+    from one generator per request and stays on the engine.
+    """
+    if config.temperature > 0:
+        raise ValueError("generate_batch is greedy only: use the engine for temperature > 0")
+    if drafters is not None and len(drafters) != len(prompts):
+        raise ValueError(f"{len(drafters)} drafters for {len(prompts)} prompts: give one per prompt")
+    if not prompts:
+        return []
+    batch_size = max(1, min(batch_size, len(prompts)))
+    capacity = max(len(p) for p in prompts) + config.max_new_tokens + config.num_draft_tokens + 1
+    results: list[GenerationResult | None] = [None] * len(prompts)
+    waiting = list(range(len(prompts)))[::-1]
+    slots: dict[int, tuple[int, Request]] = {}  # row -> (prompt index, request)
+    with torch.inference_mode():
+        session = BatchedSession(target, skip_layers, batch_size, capacity)
+
+        def start(rows: list[int]) -> None:
+            """Put the next waiting prompts into `rows` and prefill them (prompt minus its last token)."""
+            prefill: dict[int, list[int]] = {}
+            for row in rows:
+                if not waiting:
+                    break
+                index = waiting.pop()
+                drafter = None if drafters is None else drafters[index]
+                slots[row] = (index, Request(prompts[index], drafter, config, eos_token_ids))
+                session.reset_row(row)
+                if len(prompts[index]) > 1:
+                    prefill[row] = list(prompts[index][:-1])
+            if prefill:
+                session.forward(prefill)
+
+        start(list(range(batch_size)))
+        while slots:
+            chunks = {row: request.draft() for row, (_, request) in slots.items()}
+            logits = session.forward(chunks, all_rows=len(slots) * 2 > batch_size)
+            finished = []
+            for row, (index, request) in slots.items():
+                committed = request.commit(logits[row])
+                session.keep(row, session.lengths[row] - len(chunks[row]) + len(committed))
+                if request.done:
+                    results[index] = request.result()
+                    finished.append(row)
+                    if on_done is not None:
+                        on_done(index)
+            for row in finished:
+                del slots[row]
+            if finished:
+                start(finished)
+    return results  # type: ignore[return-value]

@@ -1,0 +1,81 @@
+"""Measured speedups: configurations timed side by side, in one process, interleaved prompt by prompt.
+
+A speedup reported as measured comes only from here: every configuration runs the real engine on the
+same prompts in the same minutes, in alternating order (ABAB on one prompt, BABA on the next), so a
+slow period of the machine hits every configuration alike. Timings never enter the results store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from specsparse.data import Domain, Example, build_messages
+from specsparse.drafters.base import Drafter
+from specsparse.engine import speculative_generate
+from specsparse.generation import encode_messages
+from specsparse.models import LoadedModel
+from specsparse.types import GenerationConfig
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Engine throughput of each configuration on the same prompts, and the speedup of the last over
+    the first with a 95% paired-bootstrap interval over prompts."""
+
+    labels: tuple[str, ...]
+    tokens_per_s: tuple[float, ...]
+    speedup: float
+    interval: tuple[float, float]
+    prompts: int
+
+    def as_dict(self) -> dict:
+        return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedup": self.speedup,
+                "interval": list(self.interval), "prompts": self.prompts}
+
+
+def time_side_by_side(
+    target: LoadedModel,
+    domain: Domain,
+    examples: Sequence[Example],
+    configurations: Sequence[tuple[str, Sequence[int], Callable[[], Drafter | None]]],
+    generation: GenerationConfig,
+    repeats: int = 1,
+    seed: int = 0,
+    progress: bool = True,
+) -> SideBySide:
+    """Time each (label, skip set, make_drafter) on every example's first turn with the engine."""
+    if len(configurations) < 2:
+        raise ValueError("side-by-side timing needs at least two configurations")
+    tokens = np.zeros((len(examples), len(configurations)))
+    seconds = np.zeros_like(tokens)
+    order = list(range(len(configurations)))
+    with tqdm(total=len(examples) * repeats * len(order), desc="timing side by side", disable=not progress,
+              leave=False) as bar, torch.inference_mode():
+        for i, example in enumerate(examples):
+            prompt = encode_messages(target.tokenizer, build_messages(domain, example, 0, []))
+            for _ in range(repeats):
+                for c in order:
+                    _, skip, make_drafter = configurations[c]
+                    result = speculative_generate(target.model, prompt, make_drafter(), generation, skip,
+                                                  target.eos_token_ids)
+                    tokens[i, c] += result.new_tokens
+                    seconds[i, c] += result.wall_time_s
+                    bar.update()
+                order.reverse()
+    rate = tokens.sum(0) / seconds.sum(0)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(examples), size=(2000, len(examples)))
+    ratios = (tokens[draws, -1].sum(1) / seconds[draws, -1].sum(1)) / (tokens[draws, 0].sum(1) / seconds[draws, 0].sum(1))
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return SideBySide(
+        labels=tuple(label for label, _, _ in configurations),
+        tokens_per_s=tuple(float(r) for r in rate),
+        speedup=float(rate[-1] / rate[0]),
+        interval=(float(low), float(high)),
+        prompts=len(examples),
+    )

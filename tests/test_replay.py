@@ -1,0 +1,132 @@
+"""Batched measurement equals the engine, prompt by prompt: replay over the greedy continuation and
+lockstep batched verification give the engine's outputs and per-step accept and verified lengths."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsparse.batched import generate_batch
+from specsparse.data import get_domain, load_examples
+from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
+from specsparse.engine import speculative_generate
+from specsparse.measure import measure
+from specsparse.replay import replay
+from specsparse.types import GenerationConfig
+
+from tests.test_engine import DRAFTERS, NUM_LAYERS, make_drafter, models  # noqa: F401 (fixture)
+from tests.test_skipping import skip_sets
+
+prompt_lists = st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=10).map(lambda p: p * 2), min_size=1, max_size=5)
+
+
+def engine_runs(target, prompts, new_drafter, config, skip, eos=()):
+    return [speculative_generate(target, p, new_drafter(), config, skip, eos) for p in prompts]
+
+
+def steps(result):
+    return result.new_token_ids, result.accept_lengths, result.verified_lengths
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    drafter=st.sampled_from(DRAFTERS),
+    skip=skip_sets(NUM_LAYERS),
+    draft_skip=skip_sets(NUM_LAYERS),
+    k=st.integers(1, 6),
+    prompts=prompt_lists,
+    max_new=st.integers(1, 20),
+    batch_size=st.integers(1, 4),
+    eos=st.sampled_from([(), (5,), (5, 9)]),
+)
+def test_batched_measurement_equals_the_engine_step_for_step(
+    models, drafter, skip, draft_skip, k, prompts, max_new, batch_size, eos
+):
+    """Every drafter: replay when it is replayable, lockstep verification otherwise; both against the
+    engine run prompt by prompt with a fresh drafter each. The tiny models' logits have no near-ties."""
+    target = models[0]
+    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k)
+    new_drafter = lambda: make_drafter(drafter, models, NUM_LAYERS, draft_skip)  # noqa: E731
+    expected = [steps(r) for r in engine_runs(target, prompts, new_drafter, config, skip, eos)]
+    lockstep = generate_batch(target, prompts, [new_drafter() for _ in prompts], config, skip, eos, batch_size)
+    assert [steps(r) for r in lockstep] == expected
+    prototype = new_drafter()
+    if prototype.replayable:
+        greedy = [r.new_token_ids for r in generate_batch(target, prompts, None, config, skip, eos, batch_size)]
+        replayed = replay(prototype.replay_drafters(prompts, greedy, batch_size), prompts, greedy, config, eos)
+        assert [steps(r) for r in replayed] == expected
+    else:
+        assert drafter in ("samd", "recycling")  # they learn from the target's logits at rejected drafts
+
+
+def test_replay_rejects_a_continuation_from_other_stopping_rules(models):
+    config = GenerationConfig(max_new_tokens=8, num_draft_tokens=3, stop_on_eos=False)
+    prompt = [1, 2, 3, 1, 2]
+    greedy = speculative_generate(models[0], prompt, None, config).new_token_ids
+    with pytest.raises(RuntimeError, match="diverged"):
+        replay([PromptLookupDrafter()], [prompt], [greedy[:-2]], config)
+
+
+def test_skipping_layer_zero_in_a_batch_keeps_positions(models):
+    """Rows of different lengths, layer 0 skipped: equal to each prompt alone (positions from row lengths)."""
+    prompts = [[4, 5, 6], [7] * 9, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
+    config = GenerationConfig(max_new_tokens=15, num_draft_tokens=0, stop_on_eos=False)
+    alone = [speculative_generate(models[0], p, None, config, (0,)).new_token_ids for p in prompts]
+    together = generate_batch(models[0], prompts, None, config, (0,), batch_size=3)
+    assert [r.new_token_ids for r in together] == alone
+
+
+@pytest.fixture(scope="module")
+def translation_prompts():
+    return get_domain("translation"), load_examples("translation", limit=4)
+
+
+@pytest.mark.parametrize("skip", [(), (0,), (5, 9), (0, 7, 15, 29)])
+def test_replay_equals_the_engine_on_the_embedded_model(smollm, translation_prompts, skip):
+    """SmolLM2 fp32, real prompts: per-prompt outputs and accept lengths of replay (pld, samd without
+    fallback) and lockstep (samd with its recycling fallback) equal the engine's."""
+    domain, examples = translation_prompts
+    config = GenerationConfig(max_new_tokens=24, num_draft_tokens=4)
+    cases = [PromptLookupDrafter, lambda: SuffixAutomatonDrafter(2, None), lambda: SuffixAutomatonDrafter.from_target(smollm)]
+    for make in cases:
+        engine = measure(smollm, domain, examples, make, skip, config, mode="engine", progress=False)
+        batched = measure(smollm, domain, examples, make, skip, config, batch_size=3, progress=False)
+        assert [(p.output_text, p.accept_lengths) for p in batched.per_prompt] == [
+            (p.output_text, p.accept_lengths) for p in engine.per_prompt
+        ]
+        assert (batched.accept_length, batched.metric, batched.verified_tokens) == (
+            engine.accept_length, engine.metric, engine.verified_tokens)
+
+
+def test_one_generation_serves_every_drafter_and_k(tiny):
+    domain, examples = get_domain("summarization"), load_examples("summarization", limit=3)
+    continuations = {}
+    calls = []
+    config = GenerationConfig(max_new_tokens=10, num_draft_tokens=2)
+    first = measure(tiny, domain, examples, PromptLookupDrafter, (1,), config, continuations=continuations, progress=False)
+    assert len(continuations) == 3
+    import specsparse.measure as measure_module
+
+    original = measure_module.generate_batch
+    measure_module.generate_batch = lambda *a, **kw: calls.append(a) or original(*a, **kw)
+    try:
+        for k in (1, 4):
+            again = measure(tiny, domain, examples, lambda: SuffixAutomatonDrafter(2, None), (1,),
+                            GenerationConfig(max_new_tokens=10, num_draft_tokens=k), continuations=continuations,
+                            progress=False)
+            assert [p.output_text for p in again.per_prompt] == [p.output_text for p in first.per_prompt]
+    finally:
+        measure_module.generate_batch = original
+    assert all(len(a[1]) == 0 for a in calls)  # nothing left to generate: every prompt came from the cache
+
+
+def test_batched_forward_equals_single_sequence_logits(tiny):
+    """The padded, per-row-position forward gives each row the logits it has alone."""
+    from specsparse.session import BatchedSession, ModelSession
+
+    rows = {0: [3, 4, 5], 1: [6, 7, 8, 9, 10, 11], 2: [12]}
+    with torch.inference_mode():
+        batched = BatchedSession(tiny.model, (0, 2), 3, 16).forward(rows)
+        for row, tokens in rows.items():
+            alone = ModelSession(tiny.model, (0, 2)).forward(tokens)
+            torch.testing.assert_close(batched[row], alone, rtol=1e-4, atol=1e-4)

@@ -24,14 +24,16 @@ def generate_batch(
     prompts: Sequence[Sequence[int]],
     drafters: Sequence[Drafter | None] | None = None,
     config: GenerationConfig = GenerationConfig(),
-    skip_layers: Sequence[int] = (),
+    skip_layers: Sequence[int] | Sequence[Sequence[int]] = (),
     eos_token_ids: Sequence[int] = (),
     batch_size: int = 16,
     on_done: Callable[[int], None] | None = None,
 ) -> list[GenerationResult]:
     """What `speculative_generate` gives for each prompt, computed in lockstep batches.
 
-    drafters: one per prompt (each sees only its own request), or None for plain greedy decoding.
+    drafters: one per prompt (each sees only its own request; None entries decode plainly), or None
+        for plain greedy decoding of every prompt.
+    skip_layers: one skip set for every prompt, or one per prompt (rows then mix skip sets).
     on_done(index) is called as each prompt finishes (for progress bars). Greedy only: sampling draws
     from one generator per request and stays on the engine.
     """
@@ -41,13 +43,19 @@ def generate_batch(
         raise ValueError(f"{len(drafters)} drafters for {len(prompts)} prompts: give one per prompt")
     if not prompts:
         return []
+    if all(isinstance(i, int) for i in skip_layers):
+        skips = [tuple(skip_layers)] * len(prompts)  # type: ignore[arg-type]
+    else:
+        skips = [tuple(s) for s in skip_layers]  # type: ignore[union-attr]
+        if len(skips) != len(prompts):
+            raise ValueError(f"{len(skips)} skip sets for {len(prompts)} prompts: give one, or one per prompt")
     batch_size = max(1, min(batch_size, len(prompts)))
     capacity = max(len(p) for p in prompts) + config.max_new_tokens + config.num_draft_tokens + 1
     results: list[GenerationResult | None] = [None] * len(prompts)
     waiting = list(range(len(prompts)))[::-1]
     slots: dict[int, tuple[int, Request]] = {}  # row -> (prompt index, request)
     with torch.inference_mode():
-        session = BatchedSession(target, skip_layers, batch_size, capacity)
+        session = BatchedSession(target, (), batch_size, capacity)
 
         def start(rows: list[int]) -> None:
             """Put the next waiting prompts into `rows` and prefill them (prompt minus its last token)."""
@@ -58,7 +66,7 @@ def generate_batch(
                 index = waiting.pop()
                 drafter = None if drafters is None else drafters[index]
                 slots[row] = (index, Request(prompts[index], drafter, config, eos_token_ids))
-                session.reset_row(row)
+                session.reset_row(row, skips[index])
                 if len(prompts[index]) > 1:
                     prefill[row] = list(prompts[index][:-1])
             if prefill:

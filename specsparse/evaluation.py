@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import torch
 from specsparse import __version__
 from specsparse.data import Example, get_domain, load_examples, split_examples
 from specsparse.drafters.base import Drafter
-from specsparse.measure import Continuations, EarlyReject, measure
+from specsparse.measure import Continuations, EarlyReject, measure_many
 from specsparse.models import LoadedModel, load_model_cached
 from specsparse.profile import CostProfile, DraftCost, draft_cost, price, profile_for
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
@@ -131,7 +132,7 @@ class Evaluator:
         if not self.examples:
             raise ValueError(f"domain {spec.domain.name!r} has no {spec.split} examples: add examples or change the split")
         self.continuations: Continuations = {}  # greedy generations, shared by every candidate's replay
-        self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, len(self.examples), spec.generation)
+        self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, spec.generation)
 
     # -- identity ------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -154,23 +155,32 @@ class Evaluator:
 
     # -- measuring -----------------------------------------------------------------------------
     def evaluate(self, candidate: Candidate, thresholds: tuple | None = None, progress: bool = True) -> Measurement:
-        """Measure `candidate` on this split, priced by the cost profile. Early rejection
-        (`thresholds`) applies to engine-mode measurements only."""
-        vocab_ids = None if candidate.vocab_size is None else self.vocab_ids(candidate.vocab_size)
+        return self.evaluate_many([candidate], thresholds, progress)[0]
+
+    def evaluate_many(
+        self, candidates: Sequence[Candidate], thresholds: tuple | None = None, progress: bool = True
+    ) -> list[Measurement]:
+        """Measure `candidates` on this split (together, in replay mode), priced by the cost profile.
+        Early rejection (`thresholds`) applies to engine-mode measurements only."""
         early = None if thresholds is None or self.spec.measure.mode != "engine" else EarlyReject(*thresholds)
-        measurement = measure(
-            self.target, self.domain, self.examples, lambda: self.spec.drafter.build(self.target, vocab_ids),
-            candidate.skip_layers, self.spec.generation, mode=self.spec.measure.mode, batch_size=self.batch_size,
+        measurements = measure_many(
+            self.target, self.domain, self.examples,
+            [(c.skip_layers, self._drafter_factory(c.vocab_size)) for c in candidates],
+            self.spec.generation, mode=self.spec.measure.mode, batch_size=self.batch_size,
             continuations=self.continuations, early_reject=early, progress=progress,
-            description=f"{self.domain.name} {candidate.label}",
+            description=f"{self.domain.name} {candidates[0].label}" if len(candidates) == 1 else "",
         )
-        return self.price(candidate, measurement)
+        return [self.price(c, m) for c, m in zip(candidates, measurements)]
+
+    def _drafter_factory(self, vocab_size: int | None) -> Callable[[], Drafter]:
+        vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
+        return lambda: self.spec.drafter.build(self.target, vocab_ids)
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
         """`measurement` with its modeled cost from this machine's cost profile (never from a stored timing)."""
         if candidate.vocab_size not in self._draft_costs:
-            vocab_ids = None if candidate.vocab_size is None else self.vocab_ids(candidate.vocab_size)
-            self._draft_costs[candidate.vocab_size] = draft_cost(self.spec.drafter.build(self.target, vocab_ids), self.profile)
+            drafter = self._drafter_factory(candidate.vocab_size)()
+            self._draft_costs[candidate.vocab_size] = draft_cost(drafter, self.profile)
         kept = self.target.num_layers - len(candidate.skip_layers)
         return price(measurement, self.profile, kept, self._draft_costs[candidate.vocab_size])
 
@@ -223,8 +233,8 @@ class Evaluator:
         return coverage, latency_reduction
 
 
-def auto_batch_size(target: LoadedModel, num_prompts: int, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
-    """Rows per batched pass: all prompts up to a cap, fewer when a row's KV cache and logits would not
+def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
+    """Rows per batched pass: a cap, fewer when a row's KV cache and logits would not
     fit in a quarter of the free accelerator memory (or of the host memory on CPU). On CPU, wider
     batches stop paying off past about 16 rows (BENCHMARKS.md), so that is the cap there."""
     config = target.model.config
@@ -241,4 +251,4 @@ def auto_batch_size(target: LoadedModel, num_prompts: int, generation: Generatio
     else:
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         cap = 16
-    return max(1, min(cap, num_prompts, int(free // 4 // per_row)))
+    return max(1, min(cap, int(free // 4 // per_row)))

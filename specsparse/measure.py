@@ -80,14 +80,28 @@ def layer_flops_fraction(target: LoadedModel, skip_layers: Sequence[int]) -> flo
 
 MODES = ("replay", "engine")
 Continuations = dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]]  # (skip, prompt) -> greedy tokens
+MakeDrafter = Callable[[], Drafter | None]
+Outcome = tuple[list[str], list[GenerationResult]]  # one example: replies per turn, results per turn
 
 
 def measure(
     target: LoadedModel,
     domain: Domain,
     examples: Sequence[Example],
-    make_drafter: Callable[[], Drafter | None] = lambda: None,
+    make_drafter: MakeDrafter = lambda: None,
     skip_layers: Sequence[int] = (),
+    config: GenerationConfig = GenerationConfig(),
+    **options,
+) -> Measurement:
+    """One configuration: `measure_many` with a single (skip set, drafter)."""
+    return measure_many(target, domain, examples, [(skip_layers, make_drafter)], config, **options)[0]
+
+
+def measure_many(
+    target: LoadedModel,
+    domain: Domain,
+    examples: Sequence[Example],
+    configurations: Sequence[tuple[Sequence[int], MakeDrafter]],
     config: GenerationConfig = GenerationConfig(),
     *,
     mode: str = "replay",
@@ -96,33 +110,38 @@ def measure(
     early_reject: EarlyReject | None = None,
     progress: bool = True,
     description: str = "",
-) -> Measurement:
-    """Decode every example (all its turns) and aggregate; see the module docstring.
+) -> list[Measurement]:
+    """Decode every example (all its turns) under each (skip set, make_drafter); see the module docstring.
 
     make_drafter: a new drafter (None: plain decoding), called once per example.
-    continuations: greedy generations shared between calls (replay mode fills and reads it).
-    early_reject: engine mode only (replay measures a whole split in a few batched passes).
+    Replay mode batches every (configuration, example) row together, so a search level with few
+    prompts still fills the batch. continuations: greedy generations shared between calls.
+    early_reject: engine mode only (replay measures everything in a few batched passes).
     """
     if not examples:
         raise ValueError(f"no examples to measure for domain {domain.name!r}: check the domain source and split")
     if mode not in MODES:
         raise ValueError(f"unknown measure mode {mode!r}: use one of {MODES}")
-    skip = validate_skip_layers(list(skip_layers), target.num_layers)
+    skips = [validate_skip_layers(list(skip), target.num_layers) for skip, _ in configurations]
+    makers = [make for _, make in configurations]
     start = time.perf_counter()
-    bar = tqdm(total=sum(len(ex.turns) for ex in examples), disable=not progress, leave=False, unit="prompt",
-               desc=description or f"{domain.name} {'skip' + str(list(skip)) if skip else 'dense'}")
-    decode = _decode_engine if mode == "engine" or config.temperature > 0 else _decode_batched
-    with bar:
-        outcomes, early_stopped = decode(
-            target, domain, examples, make_drafter, skip, config, batch_size, {} if continuations is None else continuations, early_reject, bar
-        )
-    return _aggregate(target, domain, examples[: len(outcomes)], outcomes, skip, early_stopped, time.perf_counter() - start)
+    label = description or (f"{domain.name} {'skip' + str(list(skips[0])) if skips[0] else 'dense'}"
+                            if len(skips) == 1 else f"{domain.name} {len(skips)} configurations")
+    total = len(skips) * sum(len(ex.turns) for ex in examples)
+    with tqdm(total=total, disable=not progress, leave=False, unit="prompt", desc=label) as bar:
+        if mode == "engine" or config.temperature > 0:
+            decoded = [_decode_engine(target, domain, examples, make, skip, config, early_reject, bar)
+                       for skip, make in zip(skips, makers)]
+        else:
+            outcomes = _decode_batched(target, domain, examples, makers, skips, config, batch_size,
+                                       {} if continuations is None else continuations, bar)
+            decoded = [(o, False) for o in outcomes]
+    wall = (time.perf_counter() - start) / len(skips)
+    return [_aggregate(target, domain, examples[: len(outcomes)], outcomes, skip, stopped, wall)
+            for (outcomes, stopped), skip in zip(decoded, skips)]
 
 
-Outcome = tuple[list[str], list[GenerationResult]]  # one example: replies per turn, results per turn
-
-
-def _decode_engine(target, domain, examples, make_drafter, skip, config, batch_size, continuations, early_reject, bar):
+def _decode_engine(target, domain, examples, make_drafter, skip, config, early_reject, bar) -> tuple[list[Outcome], bool]:
     outcomes: list[Outcome] = []
     for done, example in enumerate(examples, start=1):
         drafter = make_drafter()
@@ -144,50 +163,47 @@ def _decode_engine(target, domain, examples, make_drafter, skip, config, batch_s
     return outcomes, False
 
 
-def _decode_batched(target, domain, examples, make_drafter, skip, config, batch_size, continuations, early_reject, bar):
-    """Turn by turn (a later turn's prompt holds the earlier replies), all examples at once."""
-    prototype = make_drafter()
-    drafters = None
-    if prototype is not None and not prototype.replayable:
-        drafters = [prototype] + [make_drafter() for _ in examples[1:]]  # lockstep: one per example
-    outcomes: list[Outcome] = [([], []) for _ in examples]
+def _decode_batched(target, domain, examples, makers, skips, config, batch_size, continuations, bar) -> list[list[Outcome]]:
+    """Turn by turn (a later turn's prompt holds the earlier replies), every (configuration, example)
+    row at once: lockstep rows for drafters that are not replayable, plain greedy rows for the
+    continuations not yet known, then replay of the rest over those continuations."""
+    prototypes = [make() for make in makers]
+    lockstep = [p is not None and not p.replayable for p in prototypes]
+    # Lockstep drafters keep their state across an example's turns: one per (configuration, example).
+    drafters = {(c, i): (prototypes[c] if i == 0 else makers[c]())
+                for c in range(len(makers)) if lockstep[c] for i in range(len(examples))}
+    outcomes: list[list[Outcome]] = [[([], []) for _ in examples] for _ in makers]
     for turn in range(max(len(ex.turns) for ex in examples)):
         active = [i for i, ex in enumerate(examples) if len(ex.turns) > turn]
-        prompts = [
-            encode_messages(target.tokenizer, build_messages(domain, examples[i], turn, outcomes[i][0])) for i in active
-        ]
-        if drafters is not None:
-            results = generate_batch(target.model, prompts, [drafters[i] for i in active], config, skip,
-                                     target.eos_token_ids, batch_size, on_done=lambda _: bar.update())
-            for prompt, result in zip(prompts, results):
-                continuations[(skip, tuple(prompt))] = result.new_token_ids
-        else:
-            greedy = _greedy(target, prompts, skip, config, batch_size, continuations, bar)
+        prompts = {(c, i): tuple(encode_messages(target.tokenizer, build_messages(domain, examples[i], turn, outcomes[c][i][0])))
+                   for c in range(len(makers)) for i in active}
+        rows = [(c, i) for (c, i) in prompts if lockstep[c]]
+        greedy_rows = list({(skips[c], prompts[c, i]): (c, i) for (c, i) in prompts
+                            if not lockstep[c] and (skips[c], prompts[c, i]) not in continuations}.values())
+        bar.update(len(prompts) - len(rows) - len(greedy_rows))  # served by known continuations
+        rows += greedy_rows
+        results = generate_batch(
+            target.model, [prompts[r] for r in rows], [drafters.get(r) for r in rows], config,
+            [skips[c] for c, _ in rows], target.eos_token_ids, batch_size, on_done=lambda _: bar.update(),
+        )
+        by_row = dict(zip(rows, results))
+        for (c, i), result in by_row.items():
+            continuations[(skips[c], prompts[c, i])] = result.new_token_ids  # lockstep outputs are greedy too
+        for c, prototype in enumerate(prototypes):
+            if lockstep[c]:
+                continue
+            keys = [(c, i) for i in active]
+            tokens = [continuations[(skips[c], prompts[key])] for key in keys]
             if prototype is None:
-                results = greedy
+                replayed = [GenerationResult(t, (1,) * len(t), (1,) * len(t)) for t in tokens]
             else:
-                tokens = [g.new_token_ids for g in greedy]
-                results = replay(prototype.replay_drafters(prompts, tokens, batch_size), prompts, tokens, config,
-                                 target.eos_token_ids)
-        for i, result in zip(active, results):
-            outcomes[i][0].append(target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True))
-            outcomes[i][1].append(result)
-    return outcomes, False
-
-
-def _greedy(target, prompts, skip, config, batch_size, continuations, bar) -> list[GenerationResult]:
-    """Plain greedy decoding of `prompts`, generating only those not in `continuations`."""
-    missing = list(dict.fromkeys(tuple(p) for p in prompts if (skip, tuple(p)) not in continuations))
-    fresh = generate_batch(target.model, missing, None, config, skip, target.eos_token_ids, batch_size,
-                           on_done=lambda _: bar.update())
-    for prompt, result in zip(missing, fresh):
-        continuations[(skip, prompt)] = result.new_token_ids
-    bar.update(len(prompts) - len(missing))
-    plain = []
-    for prompt in prompts:
-        tokens = continuations[(skip, tuple(prompt))]
-        plain.append(GenerationResult(tokens, (1,) * len(tokens), (1,) * len(tokens)))
-    return plain
+                replayed = replay(prototype.replay_drafters([prompts[k] for k in keys], tokens, batch_size),
+                                  [prompts[k] for k in keys], tokens, config, target.eos_token_ids)
+            by_row.update(zip(keys, replayed))
+        for (c, i), result in by_row.items():
+            outcomes[c][i][0].append(target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True))
+            outcomes[c][i][1].append(result)
+    return outcomes
 
 
 def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_time) -> Measurement:

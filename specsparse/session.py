@@ -6,11 +6,17 @@ position. No cache crop is ever needed: positions below L_b are always the row's
 and each step rewrites [L_b, L_b + C) before any query reads it, so stale keys of rejected drafts or
 padding beyond L_b are never visible; rolling a row back is only setting L_b. Positions and masks come
 from the row lengths, never from a cache layer, so skipping layer 0 is safe here too.
+
+Rows may have different skip sets (a search measures many candidates at once). When the rows of a
+forward share one, the kept layers alone run (`LayerSkipper`); otherwise every layer runs on every row
+and a row that skips it keeps its input (`_RowSkippingLayer`). The skipped layer's cache slot of that
+row then holds unused values, which it never reads, since it skips that layer on every step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from transformers import PreTrainedModel
@@ -98,13 +104,27 @@ class RowCache:
         return self.kv_length
 
 
+class _RowSkippingLayer(torch.nn.Module):
+    """A decoder layer applied to the rows in `runs` only; the other rows pass through unchanged."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+        self.runs = torch.ones(0, dtype=torch.bool)  # [rows] for the current forward
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        out = self.layer(hidden_states, *args, **kwargs)
+        out = out[0] if isinstance(out, tuple) else out
+        return torch.where(self.runs[:, None, None], out, hidden_states)
+
+
 class BatchedSession:
-    """A model under one skip set with `batch_size` independent rows (a `ModelSession` per row)."""
+    """A model with `batch_size` independent rows, each with its own skip set (a `ModelSession` per row)."""
 
     def __init__(self, model: PreTrainedModel, skip_layers: Sequence[int], batch_size: int, capacity: int):
         self.model = model
         self.skipper = skipper_for(model)
-        self.skip_layers = validate_skip_layers(skip_layers, self.skipper.num_layers)
+        self.row_skips = [validate_skip_layers(skip_layers, self.skipper.num_layers)] * batch_size
         self.cache = RowCache(batch_size, capacity)
         self.lengths = [0] * batch_size
         config = model.config
@@ -138,7 +158,7 @@ class BatchedSession:
         self.cache.positions = positions
         self.cache.kv_length = int(positions.max()) + 1
         device = self.model.device
-        with self.skipper.skipping(self.skip_layers):
+        with self._skipping(rows, chunks):
             out = self.skipper.base(
                 input_ids=ids.to(device), attention_mask=self._mask(positions), position_ids=positions.to(device),
                 cache=self.cache, use_cache=True,
@@ -153,6 +173,24 @@ class BatchedSession:
         for r, n in zip(rows, lengths):
             self.lengths[r] += n
         return result
+
+    @contextmanager
+    def _skipping(self, rows: list[int], chunks: dict[int, list[int]]) -> Iterator[None]:
+        """Skip each row's layers: kept layers only when the working rows agree, else per-row layers."""
+        skips = {self.row_skips[r] for r in rows if chunks.get(r)}
+        if len(skips) == 1:  # rows without a chunk only pad: any skip set serves them
+            with self.skipper.skipping(skips.pop()):
+                yield
+            return
+        base = self.skipper.base
+        wrapped = torch.nn.ModuleList(_RowSkippingLayer(layer) for layer in self.skipper.all_layers)
+        for index, wrapper in enumerate(wrapped):
+            wrapper.runs = torch.tensor([index not in self.row_skips[r] for r in rows], device=self.model.device)
+        base._modules["layers"] = wrapped
+        try:
+            yield
+        finally:
+            base._modules["layers"] = self.skipper.all_layers
 
     def _mask(self, positions: torch.Tensor):
         """Query at position p sees keys j <= p (and p - j < window on sliding layers): [rows, 1, width, kv]."""
@@ -173,5 +211,7 @@ class BatchedSession:
         """Keep only the first `length` positions of `row` (a rollback is only a new length)."""
         self.lengths[row] = min(self.lengths[row], length)
 
-    def reset_row(self, row: int) -> None:
+    def reset_row(self, row: int, skip_layers: tuple[int, ...]) -> None:
+        """Start a new sequence in `row` under `skip_layers` (validated)."""
         self.lengths[row] = 0
+        self.row_skips[row] = validate_skip_layers(skip_layers, self.skipper.num_layers)

@@ -4,6 +4,7 @@
     specsparse report --wandb ENTITY/PROJECT --out report/
     specsparse submit --address http://HEAD:8265 -- python run.py -m experiment=tss_main runner=ray
     specsparse generate / serve ...        (the runtime controller, see specsparse/cli_runtime.py)
+    specsparse profile [--model smollm2-135m] [--dtype float32] [--force]   (the cost profile)
 
 Sweeps themselves run through Hydra: `python run.py ...` (see run.py). Every subcommand returns an exit
 code; bad input prints one line on stderr and exits with 2.
@@ -169,6 +170,46 @@ def run_submit(args: argparse.Namespace) -> int:
     return subprocess.call(cmd)
 
 
+# -- profile ---------------------------------------------------------------------------------------
+def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "profile",
+        help="measure (or show) the model's cost profile that searches price configurations with",
+        description="Times target forwards over kept layers and chunk lengths (medians of interleaved "
+                    "repeats) and stores the fitted model beside the model cache; see specsparse/profile.py.",
+    )
+    p.add_argument("--model", default="smollm2-135m", help="any model source run.py accepts (default: smollm2-135m)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    p.add_argument("--force", action="store_true", help="measure again even when a profile is stored")
+    p.set_defaults(func=run_profile)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    import torch  # noqa: PLC0415
+
+    from specsparse.models import ModelLoadError, load_model  # noqa: PLC0415
+    from specsparse.profile import measure_profile, profile_for, profile_path, save_profile  # noqa: PLC0415
+
+    if args.threads is not None:
+        if args.threads < 1:
+            return fail(f"--threads {args.threads}: give a positive thread count")
+        torch.set_num_threads(args.threads)
+    try:
+        loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    except (ModelLoadError, ValueError) as err:
+        return fail(str(err).splitlines()[0])
+    if args.force:
+        save_profile(measure_profile(loaded.model))
+    profile = profile_for(loaded.model)
+    print(f"cost profile: {profile_path(profile.identity)}")
+    print(f"{'kept layers':>12}{'chunk':>7}{'measured ms':>13}{'modeled ms':>12}")
+    for kept, chunk, seconds in profile.samples:
+        print(f"{kept:>12}{chunk:>7}{1000 * seconds:>13.2f}{1000 * profile.verify_time(kept, chunk):>12.2f}")
+    return 0
+
+
 # -- entry point -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -181,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_command(subparsers)
     add_submit_command(subparsers)
     add_runtime_commands(subparsers)
+    add_profile_command(subparsers)
     return parser
 
 

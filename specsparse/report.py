@@ -3,9 +3,10 @@
     records = find_jobs(["outputs/multirun/2025-01-01_10-00-00"])   # every summary.json below
     paths = build_report(records, out_dir="outputs/report", stores=["outputs/store.sqlite"])
 
-Table 1 (per domain, TSS): native vs TSS accept length, metric, tokens/s, speedup and the share of
-layers skipped, from the held-out test evaluation of each domain's latest job of the TSS strategy
-(`strategy`, default "bfs").
+Table 1 (per domain, TSS): native vs TSS accept length, metric, modeled tokens/s, the speedup measured
+side by side on the test split (with its 95% interval) beside the modeled one, and the share of layers
+skipped, from the held-out test evaluation of each domain's latest job of the TSS strategy (`strategy`,
+default "bfs"). A speedup is never computed from timings of different runs.
 Table 2 (per domain and strategy): selected skip set, accept length A, metric M, cost, configurations
 measured and search wall time.
 Each table is written as Markdown, LaTeX and CSV. Figures (PNG): the Pareto front per domain (A vs M,
@@ -175,16 +176,19 @@ def _get(m: dict | None, key: str) -> float | None:
 
 
 def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
-    """Per domain: native vs TSS accept length, metric, tokens/s, speedup, skipped-layer ratio."""
+    """Per domain: native vs TSS accept length, metric, modeled tokens/s, measured and modeled speedup,
+    skipped-layer ratio."""
     rows = []
     for (model, domain), record in tss_jobs(records, strategy).items():
         s = record.summary
         split, dense, selected = _split_numbers(s)
         skip = s.get("selected_skip_layers") or []
         n = record.num_layers
-        speedup = s.get("speedup_test") if split == "test" else None
-        if speedup is None and _get(dense, "tokens_per_s") and _get(selected, "tokens_per_s") is not None:
-            speedup = selected["tokens_per_s"] / dense["tokens_per_s"]
+        measured = s.get("speedup_test") if split == "test" else None
+        interval = s.get("speedup_test_interval") if measured is not None else None
+        modeled = None
+        if _get(dense, "tokens_per_s") and _get(selected, "tokens_per_s") is not None:
+            modeled = selected["tokens_per_s"] / dense["tokens_per_s"]
         rows.append({
             "model": model,
             "domain": domain,
@@ -194,9 +198,11 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
             "accept_tss": _get(selected, "accept_length"),
             "metric_native": _get(dense, "metric"),
             "metric_tss": _get(selected, "metric"),
-            "tokens_per_s_native": _get(dense, "tokens_per_s"),
-            "tokens_per_s_tss": _get(selected, "tokens_per_s"),
-            "speedup": speedup,
+            "modeled_tokens_per_s_native": _get(dense, "tokens_per_s"),
+            "modeled_tokens_per_s_tss": _get(selected, "tokens_per_s"),
+            "speedup": measured,
+            "speedup_ci": None if not interval else f"{interval[0]:.2f}-{interval[1]:.2f}",
+            "modeled_speedup": modeled,
             "skipped_layers": json.dumps(skip),
             "skipped_ratio": (len(skip) / n) if n else None,
         })
@@ -204,7 +210,8 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
 
 
 TABLE1_COLUMNS = ["model", "domain", "strategy", "split", "accept_native", "accept_tss", "metric_native", "metric_tss",
-                  "tokens_per_s_native", "tokens_per_s_tss", "speedup", "skipped_layers", "skipped_ratio"]
+                  "modeled_tokens_per_s_native", "modeled_tokens_per_s_tss", "speedup", "speedup_ci", "modeled_speedup",
+                  "skipped_layers", "skipped_ratio"]
 TABLE2_COLUMNS = ["model", "domain", "strategy", "split", "selected_skip_layers", "accept", "metric", "cost_ms_per_token",
                   "configurations", "new_measurements", "search_wall_time_s"]
 
@@ -240,8 +247,8 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
 
 
 # -- formatting ------------------------------------------------------------------------------------
-DIGITS = {"speedup": 2, "skipped_ratio": 3, "tokens_per_s_native": 1, "tokens_per_s_tss": 1,
-          "cost_ms_per_token": 2, "search_wall_time_s": 1}
+DIGITS = {"speedup": 2, "modeled_speedup": 2, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
+          "modeled_tokens_per_s_tss": 1, "cost_ms_per_token": 2, "search_wall_time_s": 1}
 
 
 def format_cell(column: str, value: Any) -> str:
@@ -250,7 +257,7 @@ def format_cell(column: str, value: Any) -> str:
         return NA
     if isinstance(value, float):
         text = f"{value:.{DIGITS.get(column, 3)}f}"
-        return text + "x" if column == "speedup" else text
+        return text + "x" if column in ("speedup", "modeled_speedup") else text
     return str(value)
 
 

@@ -61,7 +61,6 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
     local_store.close()
 
     ray_store = ResultsStore(tmp_path / "ray.sqlite")
-    start = time.perf_counter()
     runner = RayRunner(num_workers=2, output_dir=tmp_path / "ray")
     try:
         reported = []
@@ -98,7 +97,6 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
     finally:
         runner.close()
         ray_store.close()
-    assert time.perf_counter() - start < 170
 
 
 def _trial_results(folder: Path) -> list[dict]:

@@ -141,6 +141,7 @@ def test_tables_from_summaries_alone():
     record = JobRecord(summary, None, {"model": "m", "num_layers": 30, "finished": "1"})
     t1 = table1([record])
     assert t1.loc[0, "skipped_ratio"] == pytest.approx(1 / 30) and t1.loc[0, "speedup"] == 1.2
+    assert t1.loc[0, "modeled_speedup"] == pytest.approx(12.0 / 10.0)  # from the cost profile, labelled so
     assert table2([record]).loc[0, "configurations"] == 7
     written = build_report([record], Path(os.environ.get("TMPDIR", "/tmp")) / "specsparse-report-test", plots=False)
-    assert written["table1"][0].read_text().count("n/a") == 2
+    assert written["table1"][0].read_text().count("n/a") == 3  # two metrics, and an interval nobody measured

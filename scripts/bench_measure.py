@@ -1,0 +1,116 @@
+"""Measurement benchmark: batched replay against the engine prompt by prompt, in one run, and the cost
+profile's prediction against the engine's measured ms/token. Writes JSON next to --out.
+
+    python scripts/bench_measure.py                     # 32 built-in prompts, 64 tokens, 10 skip sets
+    python scripts/bench_measure.py --prompts 16 --max-new-tokens 48 --skip-sets 4
+
+Part 1: every (skip set, drafter) is measured both ways on the same prompts: `measure.mode=engine`
+(one prompt at a time) and replay (`measure_many`, every configuration batched together); accept
+length, metric and per-prompt outputs must be identical, and the wall times are compared.
+Part 2: for 3 skip sets x 2 drafters, the engine's decode ms/token (wall minus prefill, timed here)
+against the cost profile's modeled ms/token of the same runs' step counts (the profile models decoding;
+prefill is left out of both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from specsparse.data import build_messages, get_domain, load_examples  # noqa: E402
+from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter  # noqa: E402
+from specsparse.engine import speculative_generate  # noqa: E402
+from specsparse.generation import encode_messages  # noqa: E402
+from specsparse.measure import measure, measure_many  # noqa: E402
+from specsparse.models import load_model  # noqa: E402
+from specsparse.profile import draft_cost, price, profile_for  # noqa: E402
+from specsparse.types import GenerationConfig, Measurement  # noqa: E402
+
+SKIP_SETS = [(), (3,), (9,), (15,), (27,), (5, 9), (10, 17), (3, 7, 10), (0, 7, 15, 29), (8, 12, 16, 20)]
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--prompts", type=int, default=32, help="built-in prompts, half translation, half summarization")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--skip-sets", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="outputs/bench_measure.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    target = load_model(args.model, dtype="float32")
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
+    domain = get_domain("translation")
+    examples = load_examples("translation", limit=args.prompts // 2) + load_examples("summarization", limit=args.prompts - args.prompts // 2)
+    drafters = {"pld": PromptLookupDrafter, "samd": lambda: SuffixAutomatonDrafter.from_target(target)}
+    skips = SKIP_SETS[: args.skip_sets]
+    report: dict = {"model": args.model, "prompts": len(examples), "max_new_tokens": args.max_new_tokens,
+                    "k": args.k, "skip_sets": [list(s) for s in skips], "threads": args.threads, "drafters": {}}
+    groups = {name: [ex for ex in examples if ex.domain == name] for name in ("translation", "summarization")}
+    for name, make in drafters.items():
+        start = time.perf_counter()
+        engine = {s: [measure(target, get_domain(d), exs, make, s, config, mode="engine", progress=False)
+                      for d, exs in groups.items()] for s in skips}
+        engine_s = time.perf_counter() - start
+        engine_rss = peak_rss_mb()
+        start = time.perf_counter()
+        batched = {}
+        for d, exs in groups.items():
+            for s, m in zip(skips, measure_many(target, get_domain(d), exs, [(s, make) for s in skips], config,
+                                                batch_size=args.batch_size, progress=True)):
+                batched.setdefault(s, []).append(m)
+        replay_s = time.perf_counter() - start
+        identical = all(
+            [(p.output_text, p.accept_lengths) for m in engine[s] for p in m.per_prompt]
+            == [(p.output_text, p.accept_lengths) for m in batched[s] for p in m.per_prompt]
+            for s in skips
+        )
+        report["drafters"][name] = {
+            "engine_s": engine_s, "replay_s": replay_s, "ratio": engine_s / replay_s, "identical": identical,
+            "peak_rss_mb_after_engine": engine_rss, "peak_rss_mb_after_replay": peak_rss_mb(),
+            "accept": {str(list(s)): [m.accept_length for m in engine[s]] for s in skips},
+        }
+        print(f"{name}: engine {engine_s:.1f} s, replay {replay_s:.1f} s ({engine_s / replay_s:.2f}x), identical={identical}")
+
+    profile = profile_for(target.model)
+    checks = []
+    prompts = [encode_messages(target.tokenizer, build_messages(domain, ex, 0)) for ex in groups["translation"]]
+    for name, make in drafters.items():
+        for s in [(), (5, 9), (8, 12, 16, 20)]:
+            runs = [speculative_generate(target.model, p, make(), config, s, target.eos_token_ids) for p in prompts]
+            tokens = sum(r.new_tokens for r in runs)
+            measured = 1000 * sum(r.wall_time_s - r.prefill_time_s for r in runs) / tokens
+            counts = Measurement(accept_length=0, metric=None, cost=0, flops_fraction=0, tokens_per_s=0,
+                                 new_tokens=tokens, target_forwards=sum(r.target_forwards for r in runs),
+                                 wall_time_s=0, verified_tokens=sum(sum(r.verified_lengths) for r in runs))
+            modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(make(), profile)).cost
+            checks.append({"drafter": name, "skip": list(s), "engine_decode_ms_per_token": measured,
+                           "modeled_ms_per_token": modeled, "error": modeled / measured - 1})
+            print(f"profile {name} skip{list(s)}: engine {measured:.1f} ms/token (decode), modeled {modeled:.1f} "
+                  f"({100 * (modeled / measured - 1):+.0f}%)")
+    report["profile_check"] = checks
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--skip-sets", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile-only", action="store_true", help="run part 2 only")
     parser.add_argument("--out", default="outputs/bench_measure.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -64,7 +65,7 @@ def main() -> None:
     report: dict = {"model": args.model, "prompts": len(examples), "max_new_tokens": args.max_new_tokens,
                     "k": args.k, "skip_sets": [list(s) for s in skips], "threads": args.threads, "drafters": {}}
     groups = {name: [ex for ex in examples if ex.domain == name] for name in ("translation", "summarization")}
-    for name, make in drafters.items():
+    for name, make in ({} if args.profile_only else drafters).items():
         start = time.perf_counter()
         engine = {s: [measure(target, get_domain(d), exs, make, s, config, mode="engine", progress=False)
                       for d, exs in groups.items()] for s in skips}
@@ -97,9 +98,11 @@ def main() -> None:
             runs = [speculative_generate(target.model, p, make(), config, s, target.eos_token_ids) for p in prompts]
             tokens = sum(r.new_tokens for r in runs)
             measured = 1000 * sum(r.wall_time_s - r.prefill_time_s for r in runs) / tokens
+            chunks = [n for r in runs for n in r.verified_lengths]
             counts = Measurement(accept_length=0, metric=None, cost=0, flops_fraction=0, tokens_per_s=0,
-                                 new_tokens=tokens, target_forwards=sum(r.target_forwards for r in runs),
-                                 wall_time_s=0, verified_tokens=sum(sum(r.verified_lengths) for r in runs))
+                                 new_tokens=tokens, target_forwards=len(chunks), wall_time_s=0,
+                                 verified_tokens=sum(chunks),
+                                 chunk_counts=tuple(chunks.count(n) for n in range(1, max(chunks) + 1)))
             modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(make(), profile)).cost
             checks.append({"drafter": name, "skip": list(s), "engine_decode_ms_per_token": measured,
                            "modeled_ms_per_token": modeled, "error": modeled / measured - 1})

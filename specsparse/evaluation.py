@@ -234,9 +234,9 @@ class Evaluator:
 
 
 def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
-    """Rows per batched pass: a cap, fewer when a row's KV cache and logits would not
-    fit in a quarter of the free accelerator memory (or of the host memory on CPU). On CPU, wider
-    batches stop paying off past about 16 rows (BENCHMARKS.md), so that is the cap there."""
+    """Rows per batched pass: 64 on an accelerator and 16 on CPU (a CPU forward is compute-bound well
+    before that), fewer when a row's KV cache and logits would not fit in a quarter of the free
+    accelerator (or host) memory. `measure.batch_size` overrides it; results do not depend on it."""
     config = target.model.config
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

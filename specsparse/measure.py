@@ -223,6 +223,7 @@ def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_tim
     metric = score(domain.metric, [domain.extract_answer(replies[-1]) for replies, _ in outcomes],
                    [ex.references for ex in examples])
     steps = sum(r.target_forwards for r in results)
+    chunks = [length for r in results for length in r.verified_lengths]
     return Measurement(
         accept_length=sum(r.new_tokens for r in results) / max(steps, 1),
         metric=None if metric is None else metric["score"],
@@ -235,5 +236,6 @@ def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_tim
         draft_time_s=sum(r.draft_time_s for r in results),
         early_stopped=early_stopped,
         per_prompt=tuple(per_prompt),
-        verified_tokens=sum(sum(r.verified_lengths) for r in results),
+        verified_tokens=sum(chunks),
+        chunk_counts=tuple(chunks.count(n) for n in range(1, max(chunks, default=0) + 1)),
     )

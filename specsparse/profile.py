@@ -4,11 +4,14 @@ Searches never decide on a wall-clock timing taken while measuring (a busy machi
 selection). They price a measurement's counts with this profile instead:
 
     time per generated token = (draft time + verify time) / new tokens
-    verify time = steps * (a + b*L) + verified tokens * (c + d*L)        L = kept target layers
+    verify time = sum over steps of t(L, C)          L = kept target layers, C = tokens verified
+    t(L, 1)     = a1 + b1*L                          (one token: matrix-vector products)
+    t(L, C > 1) = a + b*L + C*(c + d*L)              (matrix-matrix products, a different regime)
     draft time  = steps * drafter step time + drafted tokens * draft-model time per token
 
 The coefficients come from least squares over the medians of interleaved, repeated target forwards
-on a grid of kept-layer counts and chunk lengths, at a fixed context length. A profile is keyed by
+on a grid of kept-layer counts and chunk lengths, at a fixed context length. Measure it on a quiet
+machine: a profile timed under load overprices everything (ratios between configurations hold better). A profile is keyed by
 the model's architecture, dtype, device, thread count and torch version, and stored as JSON beside
 the model cache (`specsparse profile` makes one; `profile_for` makes one when absent).
 """
@@ -43,12 +46,16 @@ class CostProfile:
     identity: dict
     num_layers: int
     vocab_size: int
-    verify: tuple[float, float, float, float]  # (a, b, c, d), seconds: see the module docstring
+    single: tuple[float, float]  # (a1, b1), seconds: one-token forwards (see the module docstring)
+    verify: tuple[float, float, float, float]  # (a, b, c, d), seconds: forwards of two or more tokens
     head_per_row: float  # seconds per LM-head row for one token
     samples: tuple[tuple[int, int, float], ...] = ()  # (kept layers, chunk, median seconds)
     drafter_step_s: dict[str, float] = field(default_factory=dict)
 
     def verify_time(self, kept_layers: int, chunk: int) -> float:
+        if chunk == 1:
+            a1, b1 = self.single
+            return a1 + b1 * kept_layers
         a, b, c, d = self.verify
         return a + b * kept_layers + chunk * (c + d * kept_layers)
 
@@ -83,7 +90,7 @@ def profile_for(model: PreTrainedModel, progress: bool = False) -> CostProfile:
         if path.is_file():
             data = json.loads(path.read_text())
             data["samples"] = tuple(tuple(s) for s in data["samples"])
-            data["verify"] = tuple(data["verify"])
+            data["verify"], data["single"] = tuple(data["verify"]), tuple(data["single"])
             _PROFILES[key] = CostProfile(**data)
         else:
             log.info("measuring the cost profile of this model (once per machine setting) -> %s", path)
@@ -133,10 +140,8 @@ def measure_profile(model: PreTrainedModel, repeats: int = 7, seed: int = 0) -> 
                 samples.append(time.perf_counter() - start)
                 session.rollback(CONTEXT)
     medians = [(k, c, statistics.median(t[1:])) for (k, c), t in times.items()]
-    design = np.array([[1.0, k, c, k * c] for k, c, _ in medians])
-    target = np.array([t for _, _, t in medians])
-    # Relative least squares: every cell counts alike, not only the slowest ones.
-    coefficients = np.linalg.lstsq(design / target[:, None], np.ones_like(target), rcond=None)[0]
+    single = _fit([(k, t) for k, c, t in medians if c == 1], lambda k: [1.0, k])
+    chunked = _fit([((k, c), t) for k, c, t in medians if c > 1], lambda kc: [1.0, kc[0], kc[1], kc[0] * kc[1]])
     hidden = torch.randn(1, model.get_output_embeddings().weight.shape[1], generator=generator).to(model.dtype)
     weight = model.get_output_embeddings().weight.detach()
     with torch.inference_mode():
@@ -145,9 +150,16 @@ def measure_profile(model: PreTrainedModel, repeats: int = 7, seed: int = 0) -> 
     head_per_row = max((head[1] - head[0]) / (rows[1] - rows[0]), 0.0)
     return CostProfile(
         identity=model_identity(model), num_layers=num_layers, vocab_size=vocab,
-        verify=tuple(float(x) for x in coefficients), head_per_row=float(head_per_row),
+        single=single, verify=chunked, head_per_row=float(head_per_row),
         samples=tuple((int(k), int(c), float(t)) for k, c, t in medians),
     )
+
+
+def _fit(cells, features) -> tuple[float, ...]:
+    """Relative least squares (every cell counts alike, not only the slowest) of time ~ features."""
+    design = np.array([features(x) for x, _ in cells])
+    times = np.array([t for _, t in cells])
+    return tuple(float(v) for v in np.linalg.lstsq(design / times[:, None], np.ones_like(times), rcond=None)[0])
 
 
 @dataclass(frozen=True)
@@ -192,11 +204,11 @@ def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = 5) -
 
 
 def price(m: Measurement, profile: CostProfile, kept_layers: int, cost: DraftCost) -> Measurement:
-    """`m` with `cost` (modeled s/token) and `tokens_per_s` (modeled) from its step counts."""
+    """`m` with `cost` (modeled s/token) and `tokens_per_s` (modeled) from its step counts
+    (`chunk_counts[i]`: steps that verified i + 1 tokens)."""
     if m.new_tokens == 0:
         return replace(m, cost=0.0, tokens_per_s=0.0)
-    a, b, c, d = profile.verify
-    verify = m.target_forwards * (a + b * kept_layers) + m.verified_tokens * (c + d * kept_layers)
+    verify = sum(n * profile.verify_time(kept_layers, i + 1) for i, n in enumerate(m.chunk_counts))
     draft = m.target_forwards * cost.per_step + (m.verified_tokens - m.target_forwards) * cost.per_token
     seconds = (verify + draft) / m.new_tokens
     return replace(m, cost=seconds, tokens_per_s=1.0 / seconds if seconds > 0 else 0.0)

@@ -42,9 +42,9 @@ CREATE TABLE IF NOT EXISTS measurements (
 )
 """
 
-# Measurement fields that become dataframe columns (everything except per_prompt).
+# Measurement fields that become dataframe columns (everything except per_prompt and chunk_counts).
 SCALAR_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(Measurement) if f.name != "per_prompt"
+    f.name for f in dataclasses.fields(Measurement) if f.name not in ("per_prompt", "chunk_counts")
 )
 
 
@@ -78,6 +78,8 @@ def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
     names = {f.name for f in dataclasses.fields(Measurement)}
     prompt_names = {f.name for f in dataclasses.fields(PromptResult)}
     kwargs = {k: v for k, v in d.items() if k in names and k != "per_prompt"}
+    if "chunk_counts" in kwargs:
+        kwargs["chunk_counts"] = tuple(kwargs["chunk_counts"])
     per_prompt = tuple(
         PromptResult(**{**{k: v for k, v in p.items() if k in prompt_names},
                         "accept_lengths": tuple(p.get("accept_lengths", ()))})

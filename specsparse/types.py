@@ -79,10 +79,11 @@ class Measurement:
     accept_length: mean over all verification steps of all prompts.
     metric: the domain's task metric in [0, 1], or None when the domain has no references.
     cost: modeled time per generated token (s/token): draft plus verification time from the cost
-        profile (`specsparse.profile`), priced from target_forwards and verified_tokens. 0 until priced.
+        profile (`specsparse.profile`), priced from the step counts below. 0 until priced.
     tokens_per_s: modeled, 1 / cost (0 until priced). Measured speedups come from side-by-side timing.
     flops_fraction: analytic share of the dense target's layer FLOPs still active.
-    target_forwards / verified_tokens: verification steps, and the target inputs they verified.
+    target_forwards / verified_tokens: verification steps, and the target inputs they verified;
+    chunk_counts[i]: the steps that verified i + 1 tokens.
     wall_time_s, draft_time_s: what this measurement took to compute (never used to decide anything).
     """
 
@@ -98,6 +99,7 @@ class Measurement:
     early_stopped: bool = False  # measurement aborted once it was certain to be infeasible
     per_prompt: tuple[PromptResult, ...] = field(default=(), compare=False)
     verified_tokens: int = 0
+    chunk_counts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

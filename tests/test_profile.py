@@ -12,29 +12,32 @@ from specsparse.profile import CHUNKS, CostProfile, DraftCost, measure_profile, 
 from specsparse.store import ResultsStore
 from specsparse.types import GenerationConfig, Measurement
 
-PROFILE = CostProfile(identity={"test": 1}, num_layers=10, vocab_size=100, verify=(0.010, 0.002, 0.001, 0.0005),
-                      head_per_row=1e-6)
+PROFILE = CostProfile(identity={"test": 1}, num_layers=10, vocab_size=100, single=(0.004, 0.001),
+                      verify=(0.010, 0.002, 0.001, 0.0005), head_per_row=1e-6)
 
 
-def counts(tokens, steps, verified):
+def counts(tokens, chunk_counts):
+    steps = sum(chunk_counts)
+    verified = sum((i + 1) * n for i, n in enumerate(chunk_counts))
     return Measurement(accept_length=tokens / steps, metric=None, cost=0.0, flops_fraction=1.0, tokens_per_s=0.0,
-                       new_tokens=tokens, target_forwards=steps, wall_time_s=0.0, verified_tokens=verified)
+                       new_tokens=tokens, target_forwards=steps, wall_time_s=0.0, verified_tokens=verified,
+                       chunk_counts=tuple(chunk_counts))
 
 
 def test_price_follows_the_documented_model():
-    m = counts(tokens=60, steps=20, verified=100)
+    m = counts(tokens=60, chunk_counts=(5, 0, 0, 0, 15))  # 5 one-token steps, 15 steps of 5 tokens
     priced = price(m, PROFILE, kept_layers=8, cost=DraftCost(per_step=0.001, per_token=0.0001))
-    verify = 20 * (0.010 + 0.002 * 8) + 100 * (0.001 + 0.0005 * 8)
-    draft = 20 * 0.001 + (100 - 20) * 0.0001
+    verify = 5 * (0.004 + 0.001 * 8) + 15 * (0.010 + 0.002 * 8 + 5 * (0.001 + 0.0005 * 8))
+    draft = 20 * 0.001 + (80 - 20) * 0.0001
     assert priced.cost == pytest.approx((verify + draft) / 60)
     assert priced.tokens_per_s == pytest.approx(60 / (verify + draft))
 
 
 def test_accept_length_and_depth_both_count():
     """Fewer kept layers is cheaper per step, but losing accept length can cost more per token."""
-    shallow = price(counts(60, 20, 100), PROFILE, 9, DraftCost())
-    deeper_same_accept = price(counts(60, 20, 100), PROFILE, 7, DraftCost())
-    deeper_lower_accept = price(counts(60, 40, 200), PROFILE, 7, DraftCost())
+    shallow = price(counts(60, (0, 0, 0, 0, 20)), PROFILE, 9, DraftCost())
+    deeper_same_accept = price(counts(60, (0, 0, 0, 0, 20)), PROFILE, 7, DraftCost())
+    deeper_lower_accept = price(counts(60, (0, 0, 0, 0, 40)), PROFILE, 7, DraftCost())
     assert deeper_same_accept.cost < shallow.cost < deeper_lower_accept.cost
 
 

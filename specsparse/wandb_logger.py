@@ -151,9 +151,9 @@ class WandbLogger:
         data: dict[str, Any] = {
             "measurement/index": self._count,
             "measurement/accept_length": m.accept_length,
-            "measurement/cost": m.cost,
+            "measurement/cost": m.cost,  # modeled s/token (cost profile)
             "measurement/flops_fraction": m.flops_fraction,
-            "measurement/tokens_per_s": m.tokens_per_s,
+            "measurement/modeled_tokens_per_s": m.tokens_per_s,
             "measurement/num_skipped": len(candidate.skip_layers),
             "measurement/cached": int(cached),
             "measurement/early_stopped": int(m.early_stopped),

@@ -233,6 +233,18 @@ class Evaluator:
         return coverage, latency_reduction
 
 
+_EVALUATORS: dict[str, Evaluator] = {}
+
+
+def evaluator_for(spec: EvaluationSpec) -> Evaluator:
+    """The process's one Evaluator for `spec`: the job, the local runner and a Ray worker share it, so
+    the model loads once and every greedy generation serves every later candidate."""
+    key = content_hash(asdict(spec))
+    if key not in _EVALUATORS:
+        _EVALUATORS[key] = Evaluator(spec)
+    return _EVALUATORS[key]
+
+
 def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
     """Rows per batched pass: 64 on an accelerator and 16 on CPU (a CPU forward is compute-bound well
     before that), fewer when a row's KV cache and logits would not fit in a quarter of the free

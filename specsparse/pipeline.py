@@ -12,16 +12,16 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from specsparse.config_map import ConfigMap, domain_config_from_result, write_config_map, write_measurements_csv
-from specsparse.evaluation import EvaluationSpec, Evaluator, locate
+from specsparse.evaluation import EvaluationSpec, Evaluator, evaluator_for, locate
 from specsparse.search.base import SearchResult, SearchStrategy
 from specsparse.search.driver import OnResult, candidate_meta, run_search
 from specsparse.search.tpe_vocab import TPEVocabSearch
-from specsparse.store import ResultsStore, atomic_write_text, content_hash, measurement_to_dict
+from specsparse.store import ResultsStore, atomic_write_text, measurement_to_dict
 from specsparse.timing import SideBySide, time_side_by_side
 from specsparse.types import Candidate, Measurement
 
@@ -47,16 +47,9 @@ class LocalRunner:
 
     def __init__(self, progress: bool = True):
         self.progress = progress
-        self._evaluators: dict[str, Evaluator] = {}
-
-    def evaluator(self, spec: EvaluationSpec) -> Evaluator:
-        key = content_hash(asdict(spec))
-        if key not in self._evaluators:
-            self._evaluators[key] = Evaluator(spec)
-        return self._evaluators[key]
 
     def evaluate_batch(self, spec, candidates, thresholds=None, on_result=None) -> list[Measurement]:
-        evaluator = self.evaluator(spec)
+        evaluator = evaluator_for(spec)
         # About two batches of rows per group: full batches, and little lost to a kill.
         group = max(1, 2 * evaluator.batch_size // len(evaluator.examples)) if spec.measure.mode == "replay" else 1
         results = []
@@ -69,7 +62,7 @@ class LocalRunner:
         return results
 
     def close(self) -> None:
-        self._evaluators.clear()
+        """Nothing to release: evaluators live for the process (`evaluator_for`)."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +167,7 @@ def run_job(
 ) -> JobResult:
     """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`."""
     start = time.perf_counter()
-    calibration = Evaluator(spec.with_split("calibration"))
+    calibration = evaluator_for(spec.with_split("calibration"))
     strategy = search.build(calibration)
 
     def evaluate_batch(candidates: list[Candidate], on_result) -> list[Measurement]:
@@ -194,7 +187,7 @@ def run_job(
     )
     test_dense = test_selected = timing = None
     if evaluate_test:
-        test = Evaluator(spec.with_split("test"))
+        test = evaluator_for(spec.with_split("test"))
         test_dense, test_selected = measure_with_store(runner, test, [result.baseline, result.selected], store)
         if result.selected != result.baseline:
             timing = time_side_by_side(

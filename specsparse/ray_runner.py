@@ -86,26 +86,21 @@ def candidate_from_dict(data: dict[str, Any]) -> Candidate:
 
 # -- the worker actor ------------------------------------------------------------------------------
 class EvaluationWorker:
-    """Holds the loaded model and one Evaluator per spec; measures one candidate per call."""
+    """Holds the loaded model (one Evaluator per spec, `evaluator_for`); measures one candidate per call."""
 
     def __init__(self, threads: int = 1):
         import torch  # noqa: PLC0415
 
         torch.set_num_threads(max(1, threads))
-        self._evaluators: dict[str, Any] = {}
 
     def ready(self) -> int:
         return os.getpid()
 
     def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None) -> dict[str, Any]:
-        from specsparse.evaluation import Evaluator  # noqa: PLC0415
-        from specsparse.store import content_hash  # noqa: PLC0415
+        from specsparse.evaluation import evaluator_for  # noqa: PLC0415
 
-        key = content_hash(spec)
-        if key not in self._evaluators:
-            self._evaluators[key] = Evaluator(spec_from_dict(spec))
         threshold = None if thresholds is None else tuple(thresholds)
-        measurement = self._evaluators[key].evaluate(candidate_from_dict(candidate), threshold, progress=False)
+        measurement = evaluator_for(spec_from_dict(spec)).evaluate(candidate_from_dict(candidate), threshold, progress=False)
         return {"measurement": measurement_to_dict(measurement), "pid": os.getpid()}
 
 

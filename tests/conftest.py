@@ -29,6 +29,14 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def models():
+    """Two tiny 4-layer Llamas (seeds 0 and 1: a target and an independent draft model) for engine tests."""
+    from specsparse.models import tiny_model
+
+    return {seed: tiny_model(num_layers=4, hidden_size=48, seed=seed).model for seed in (0, 1)}
+
+
+@pytest.fixture(scope="session")
 def smollm():
     """The embedded default model in float32 (skips when its package is not installed)."""
     from specsparse.models import ModelLoadError, load_model

@@ -21,11 +21,6 @@ from tests.test_skipping import skip_sets
 NUM_LAYERS = 4
 
 
-@pytest.fixture(scope="module")
-def models():
-    return {seed: tiny_model(num_layers=NUM_LAYERS, hidden_size=48, seed=seed).model for seed in (0, 1)}
-
-
 def reference_greedy(model, prompt, skip, max_new_tokens):
     """Greedy decoding with no KV cache at all: re-run the whole sequence for every token.
 

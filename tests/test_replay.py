@@ -14,7 +14,7 @@ from specsparse.measure import measure
 from specsparse.replay import replay
 from specsparse.types import GenerationConfig
 
-from tests.test_engine import DRAFTERS, NUM_LAYERS, make_drafter, models  # noqa: F401 (fixture)
+from tests.test_engine import DRAFTERS, NUM_LAYERS, make_drafter
 from tests.test_skipping import skip_sets
 
 prompt_lists = st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=10).map(lambda p: p * 2), min_size=1, max_size=5)

@@ -115,7 +115,8 @@ def measure_many(
 
     make_drafter: a new drafter (None: plain decoding), called once per example.
     Replay mode batches every (configuration, example) row together, so a search level with few
-    prompts still fills the batch. continuations: greedy generations shared between calls.
+    prompts still fills the batch. continuations: greedy generations shared between calls with the
+    same `config` (the Evaluator keeps one per spec).
     early_reject: engine mode only (replay measures everything in a few batched passes).
     """
     if not examples:

@@ -66,7 +66,7 @@ class LMDrafter(Drafter):
             session = BatchedSession(self.model, self.skip_layers, len(group), max(len(s) for s in group))
             with torch.inference_mode():
                 logits = session.forward(dict(enumerate(group)), head_weight=self.head_weight)
-            for row, sequence in enumerate(group):
+            for row in range(len(group)):
                 best = logits[row].argmax(dim=-1)
                 predictions.append((best if self.vocab_ids is None else self.vocab_ids[best]).tolist())
         return [
@@ -130,7 +130,7 @@ class LMDrafter(Drafter):
 class PredictedChainDrafter(Drafter):
     """Replays a greedy LM drafter from its teacher-forced predictions over one known continuation.
 
-    predictions[j]: the drafter's greedy token after prompt + continuation[:j - prompt_length].
+    predictions[j]: the drafter's greedy token after the first j + 1 tokens of prompt + continuation.
     A step at continuation position i proposes predictions from i on while they equal the
     continuation, then the first wrong one; later tokens cannot be accepted, so the chain is filled
     with it to the drafter's usual length (the verified chunk length stays exact).

@@ -28,7 +28,7 @@ from specsparse.data import build_messages, get_domain, load_examples  # noqa: E
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter  # noqa: E402
 from specsparse.engine import speculative_generate  # noqa: E402
 from specsparse.generation import encode_messages  # noqa: E402
-from specsparse.measure import measure, measure_many  # noqa: E402
+from specsparse.measure import count_chunks, measure, measure_many  # noqa: E402
 from specsparse.models import load_model  # noqa: E402
 from specsparse.profile import draft_cost, price, profile_for  # noqa: E402
 from specsparse.types import GenerationConfig, Measurement  # noqa: E402
@@ -102,7 +102,7 @@ def main() -> None:
             counts = Measurement(accept_length=0, metric=None, cost=0, flops_fraction=0, tokens_per_s=0,
                                  new_tokens=tokens, target_forwards=len(chunks), wall_time_s=0,
                                  verified_tokens=sum(chunks),
-                                 chunk_counts=tuple(chunks.count(n) for n in range(1, max(chunks) + 1)))
+                                 chunk_counts=count_chunks(chunks))
             modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(make(), profile)).cost
             checks.append({"drafter": name, "skip": list(s), "engine_decode_ms_per_token": measured,
                            "modeled_ms_per_token": modeled, "error": modeled / measured - 1})

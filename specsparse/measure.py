@@ -238,5 +238,10 @@ def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_tim
         early_stopped=early_stopped,
         per_prompt=tuple(per_prompt),
         verified_tokens=sum(chunks),
-        chunk_counts=tuple(chunks.count(n) for n in range(1, max(chunks, default=0) + 1)),
+        chunk_counts=count_chunks(chunks),
     )
+
+
+def count_chunks(verified_lengths: Sequence[int]) -> tuple[int, ...]:
+    """[i]: how many steps verified i + 1 tokens (what the cost profile prices)."""
+    return tuple(list(verified_lengths).count(n) for n in range(1, max(verified_lengths, default=0) + 1))

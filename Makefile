@@ -6,7 +6,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: setup run test test-slow bench
+.PHONY: setup run test test-slow lint bench
 
 setup:
 	@./scripts/setup.sh
@@ -16,6 +16,9 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow -o addopts="-p no:cacheprovider"

@@ -26,8 +26,10 @@ CHOICE_GROUPS = ("model", "drafter", "domain", "search", "runner", "logger", "ex
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from specsparse.app import ConfigError, build_plan, results_table, run_plan
-    from specsparse.models import ModelLoadError
+    from specsparse.decoding.models import ModelLoadError
+    from specsparse.jobs.config import ConfigError, build_plan
+    from specsparse.jobs.job import run_plan
+    from specsparse.jobs.outputs import results_table
 
     hydra_cfg = HydraConfig.get()
     choices = {g: str(v) for g, v in hydra_cfg.runtime.choices.items() if g in CHOICE_GROUPS and v is not None}
@@ -45,7 +47,7 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print()
-    print(results_table(job, plan))
+    print(results_table(job))
     print(f"outputs: {plan.output_dir}")
     print(f"results store: {plan.store_path}")
     print(f"tables and plots: specsparse report {plan.output_dir.parent if hydra_cfg.mode.name == 'MULTIRUN' else plan.output_dir}")

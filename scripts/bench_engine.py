@@ -20,19 +20,19 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from specsparse.data import build_messages, get_domain, load_examples  # noqa: E402
-from specsparse.drafters import (  # noqa: E402
+from specsparse.data import build_messages, get_domain, load_examples
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.generation import encode_messages
+from specsparse.decoding.models import load_model
+from specsparse.drafters import (
     PromptLookupDrafter,
     SelfSkipDrafter,
     SuffixAutomatonDrafter,
     TokenRecyclingDrafter,
 )
-from specsparse.engine import speculative_generate  # noqa: E402
-from specsparse.generation import encode_messages  # noqa: E402
-from specsparse.models import load_model  # noqa: E402
-from specsparse.types import GenerationConfig  # noqa: E402
+from specsparse.types import GenerationConfig
 
 
 def load_prompts(loaded, spec_bench: str | None, per_domain: int) -> list[tuple[str, list[int]]]:
@@ -112,7 +112,7 @@ def main() -> None:
         for name, run in methods.items():
             tokens = wall = 0.0
             forwards = 0.0
-            for index, (_, ids) in enumerate(prompts):
+            for _, ids in prompts:
                 out, seconds, accept_lengths, forwards_time = run(ids)
                 tokens += len(out)
                 wall += seconds

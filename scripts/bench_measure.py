@@ -22,16 +22,16 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from specsparse.data import build_messages, get_domain, load_examples  # noqa: E402
-from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter  # noqa: E402
-from specsparse.engine import speculative_generate  # noqa: E402
-from specsparse.generation import encode_messages  # noqa: E402
-from specsparse.measure import count_chunks, measure, measure_many  # noqa: E402
-from specsparse.models import load_model  # noqa: E402
-from specsparse.profile import draft_cost, price, profile_for  # noqa: E402
-from specsparse.types import GenerationConfig, Measurement  # noqa: E402
+from specsparse.data import build_messages, get_domain, load_examples
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.generation import encode_messages
+from specsparse.decoding.models import load_model
+from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
+from specsparse.measuring.measure import count_chunks, measure, measure_many
+from specsparse.measuring.profile import draft_cost, price, profile_for
+from specsparse.types import GenerationConfig, Measurement
 
 SKIP_SETS = [(), (3,), (9,), (15,), (27,), (5, 9), (10, 17), (3, 7, 10), (0, 7, 15, 29), (8, 12, 16, 20)]
 

@@ -50,13 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
 
-    from specsparse.evaluation import DomainSpec, EvaluationSpec  # noqa: PLC0415
-    from specsparse.models import load_model_cached  # noqa: PLC0415
-    from specsparse.pipeline import LocalRunner  # noqa: PLC0415
-    from specsparse.ray_runner import RayRunner  # noqa: PLC0415
-    from specsparse.types import GenerationConfig  # noqa: PLC0415
-
     import torch  # noqa: PLC0415
+
+    from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
+    from specsparse.jobs.runners.local import LocalRunner  # noqa: PLC0415
+    from specsparse.jobs.runners.ray import RayRunner  # noqa: PLC0415
+    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec  # noqa: PLC0415
+    from specsparse.types import GenerationConfig  # noqa: PLC0415
 
     spec = EvaluationSpec(model=args.model, domain=DomainSpec(args.domain, limit=args.limit),
                           generation=GenerationConfig(max_new_tokens=args.max_new_tokens))

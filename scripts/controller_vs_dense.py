@@ -15,11 +15,11 @@ from collections import defaultdict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from specsparse.controller import Controller  # noqa: E402
-from specsparse.data import build_messages, get_domain, load_examples, split_examples  # noqa: E402
-from specsparse.generation import generate_text  # noqa: E402
-from specsparse.metrics import score_outputs  # noqa: E402
-from specsparse.types import GenerationConfig  # noqa: E402
+from specsparse.data import build_messages, get_domain, load_examples, split_examples
+from specsparse.decoding.generation import generate_text
+from specsparse.metrics import score_outputs
+from specsparse.serving.controller import Controller
+from specsparse.types import GenerationConfig
 
 
 def main() -> None:
@@ -59,7 +59,7 @@ def main() -> None:
     for name, row in rows.items():
         domain = get_domain(name)
 
-        def stats(path):
+        def stats(path, row=row, domain=domain):
             accepts = row[f"{path}_accepts"]
             metric = score_outputs(domain, row[f"{path}_text"], row["examples"])
             return (sum(accepts) / len(accepts), "n/a" if metric is None else f"{metric['score']:.3f}",

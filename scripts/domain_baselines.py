@@ -16,16 +16,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec  # noqa: E402
-from specsparse.pipeline import LocalRunner, measure_with_store  # noqa: E402
-from specsparse.store import ResultsStore  # noqa: E402
-from specsparse.types import Candidate, GenerationConfig  # noqa: E402
-
-DRAFTERS = {
-    "pld": "specsparse.drafters.pld.PromptLookupDrafter",
-    "samd": "specsparse.drafters.samd.SuffixAutomatonDrafter",
-    "recycling": "specsparse.drafters.recycling.TokenRecyclingDrafter",
-}
+from specsparse.drafters import DRAFTERS
+from specsparse.jobs.runners.local import measure_candidates
+from specsparse.jobs.store import ResultsStore
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
+from specsparse.search.driver import measure_through_store
+from specsparse.types import Candidate, Component, GenerationConfig
 
 
 def main() -> None:
@@ -44,21 +40,22 @@ def main() -> None:
 
     Path(args.store).parent.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(args.store)
-    runner = LocalRunner()
     print("| domain | source | drafter | prompts | accept length | metric | tokens/s | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for domain in args.domains.split(","):
         for drafter in args.drafters.split(","):
             spec = EvaluationSpec(
                 model=args.model,
-                drafter=DrafterSpec(DRAFTERS[drafter]),
+                drafter=Component(f"{DRAFTERS[drafter].__module__}.{DRAFTERS[drafter].__name__}"),
                 domain=DomainSpec(domain, args.source, args.path, limit=args.limit),
                 split=args.split,
                 generation=GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=5),
             )
-            evaluator = runner.evaluator(spec)
+            evaluator = evaluator_for(spec)
             start = time.perf_counter()
-            (m,) = measure_with_store(runner, evaluator, [Candidate()], store)
+            description = evaluator.describe()
+            (m,) = measure_through_store([Candidate()], lambda todo, on_result, spec=spec: measure_candidates(spec, todo, None, on_result),
+                                         store, evaluator.key, lambda c, d=description: d)
             seconds = time.perf_counter() - start
             metric = "n/a" if m.metric is None else f"{m.metric:.3f}"
             print(f"| {domain} | {args.source} | {drafter} | {len(m.per_prompt)} | {m.accept_length:.3f} | {metric} "

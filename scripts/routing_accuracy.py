@@ -16,8 +16,8 @@ from collections import Counter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from specsparse.data import load_examples  # noqa: E402
-from specsparse.router import builtin_prompts, make_router  # noqa: E402
+from specsparse.data import load_examples
+from specsparse.serving.router import builtin_prompts, make_router
 
 SPEC_BENCH_DOMAINS = ("translation", "summarization", "qa", "math", "rag")
 
@@ -50,7 +50,7 @@ def main() -> None:
     kinds = ["tfidf"] + (["hidden"] if args.hidden else [])
     target = None
     if args.hidden:
-        from specsparse.models import load_model  # noqa: PLC0415
+        from specsparse.decoding.models import load_model  # noqa: PLC0415
 
         target = load_model("smollm2-135m")
     print("| router | prompts | n | accuracy | ms / request (median) | most common confusion |")

@@ -23,24 +23,20 @@ One file, written as both YAML and JSON with the same content:
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from specsparse import __version__
-from specsparse.search.base import SearchResult
-from specsparse.store import atomic_write_text
+from specsparse.util import atomic_write_text, first_line, is_int, is_number, utc_now
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -76,10 +72,6 @@ class DomainConfig:
     draft_vocab_ids: tuple[int, ...] | None = None  # the trimmed head's token ids (len == draft_vocab_size)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 @dataclass(frozen=True)
 class ConfigMap:
     """Header fields plus one DomainConfig per domain name."""
@@ -88,40 +80,8 @@ class ConfigMap:
     num_layers: int
     domains: dict[str, DomainConfig]
     drafter: str | None = None
-    created: str = field(default_factory=_now)
+    created: str = field(default_factory=utc_now)
     specsparse_version: str = __version__
-
-
-# -- building --------------------------------------------------------------------------------------
-def domain_config_from_result(
-    domain: str, result: SearchResult, num_layers: int, draft_vocab_ids: Sequence[int] | None = None
-) -> DomainConfig:
-    """The DomainConfig of a finished search: its selected configuration, dense baseline, alternatives
-    and notes; `draft_vocab_ids` are the token ids of a trimmed draft head (the runtime needs them).
-    `domain` only labels errors and logs."""
-    skip = result.selected.skip_layers
-    if any(not 0 <= i < num_layers for i in skip):
-        raise ValueError(f"domain {domain!r}: skip set {skip} out of range for {num_layers} layers")
-    m = result.selected_measurement
-
-    def point(c, pm) -> OperatingPoint:
-        return OperatingPoint(c.skip_layers, pm.accept_length, pm.metric, pm.cost)
-
-    cfg = DomainConfig(
-        skip_layers=skip,
-        accept_length=m.accept_length,
-        metric=m.metric,
-        sparsity=len(skip) / num_layers,
-        cost=m.cost,
-        flops_fraction=m.flops_fraction,
-        draft_vocab_size=len(draft_vocab_ids) if draft_vocab_ids is not None else result.selected.vocab_size,
-        dense=point(result.baseline, result.dense),
-        alternatives=tuple(point(c, am) for c, am in result.alternatives),
-        notes=result.notes,
-        draft_vocab_ids=None if draft_vocab_ids is None else tuple(int(i) for i in draft_vocab_ids),
-    )
-    logger.info("domain %s: %s (A=%.3f, sparsity=%.3f)", domain, result.selected.label, cfg.accept_length, cfg.sparsity)
-    return cfg
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -172,13 +132,6 @@ def write_config_map(path: str | os.PathLike, config_map: ConfigMap) -> tuple[Pa
 
 
 # -- reading and validation ------------------------------------------------------------------------
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
 
 class _Checker:
     """Type checks that raise ConfigMapError naming the file and the field path."""
@@ -203,12 +156,12 @@ class _Checker:
     def number(self, v: Any, where: str, nullable: bool = False) -> float | None:
         if v is None and nullable:
             return None
-        if not _is_num(v):
+        if not is_number(v):
             raise self.fail(where, f"expected a number{' or null' if nullable else ''}, got {v!r}")
         return float(v)
 
     def layers(self, v: Any, where: str, num_layers: int) -> tuple[int, ...]:
-        if not isinstance(v, list) or not all(_is_int(i) for i in v):
+        if not isinstance(v, list) or not all(is_int(i) for i in v):
             raise self.fail(where, f"expected a list of layer indices, got {v!r}")
         bad = [i for i in v if not 0 <= i < num_layers]
         if bad:
@@ -232,7 +185,7 @@ class _Checker:
                     "draft_vocab_size", "dense"}
         v = self.mapping(v, where, required, {"alternatives", "notes", "draft_vocab_ids"})
         vocab = v["draft_vocab_size"]
-        if vocab is not None and not (_is_int(vocab) and vocab >= 1):
+        if vocab is not None and not (is_int(vocab) and vocab >= 1):
             raise self.fail(f"{where}.draft_vocab_size", f"expected a positive integer or null, got {vocab!r}")
         sparsity = self.number(v["sparsity"], f"{where}.sparsity")
         if not 0 <= sparsity <= 1:  # type: ignore[operator]
@@ -262,7 +215,7 @@ class _Checker:
     def vocab_ids(self, v: Any, where: str, size: int | None) -> tuple[int, ...] | None:
         if v is None:
             return None
-        if not isinstance(v, list) or not v or not all(_is_int(i) and i >= 0 for i in v) or len(set(v)) != len(v):
+        if not isinstance(v, list) or not v or not all(is_int(i) and i >= 0 for i in v) or len(set(v)) != len(v):
             raise self.fail(where, "expected a non-empty list of distinct non-negative token ids or null")
         if size is not None and len(v) != size:
             raise self.fail(where, f"has {len(v)} ids but draft_vocab_size is {size}")
@@ -274,7 +227,7 @@ class _Checker:
         if not isinstance(v["model"], str):
             raise self.fail("model", f"expected a string, got {v['model']!r}")
         num_layers = v["num_layers"]
-        if not (_is_int(num_layers) and num_layers >= 1):
+        if not (is_int(num_layers) and num_layers >= 1):
             raise self.fail("num_layers", f"expected a positive integer, got {num_layers!r}")
         for key in ("drafter", "created", "specsparse_version"):
             if v.get(key) is not None and not isinstance(v[key], str):
@@ -318,32 +271,24 @@ def load_config_map(path: str | os.PathLike) -> ConfigMap:
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigMapError(f"{file}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {first}") from e
+        raise ConfigMapError(f"{file}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {first_line(e)}") from e
     return _Checker(file).config_map(data)
 
 
-# -- measurements table ----------------------------------------------------------------------------
-MEASUREMENT_COLUMNS = (
-    "order", "label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric", "cost",
-    "flops_fraction", "tokens_per_s", "new_tokens", "target_forwards", "wall_time_s", "draft_time_s",
-    "early_stopped", "feasible", "pareto", "selected",
-)
-
-
-def write_measurements_csv(path: str | os.PathLike, result: SearchResult) -> Path:
-    """Every configuration the search measured, in measurement order, one CSV row each (atomic write).
-    skip_layers is a JSON list; feasible / pareto / selected flag the search's conclusions."""
-    pareto = {c for c, _ in result.alternatives} | {result.selected}
-    feasible = set(result.feasible)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(MEASUREMENT_COLUMNS)
-    for i, (c, m) in enumerate(result.history):
-        writer.writerow([
-            i, c.label, json.dumps(list(c.skip_layers)), len(c.skip_layers),
-            "" if c.vocab_size is None else c.vocab_size, m.accept_length, "" if m.metric is None else m.metric,
-            m.cost, m.flops_fraction, m.tokens_per_s, m.new_tokens, m.target_forwards, m.wall_time_s,
-            m.draft_time_s, m.early_stopped, c in feasible, c in pareto, c == result.selected,
-        ])
-    return atomic_write_text(path, buf.getvalue())
+# -- merging ---------------------------------------------------------------------------------------
+def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
+    """One map over the domains of `maps` (later maps win a domain both have). The maps must be of
+    one model; their drafters should agree (the first map's is kept, with a warning otherwise)."""
+    if not maps:
+        raise ConfigMapError("no config maps to merge")
+    models = {(cm.model, cm.num_layers) for cm in maps}
+    if len(models) > 1:
+        raise ConfigMapError(f"maps of different models cannot be merged: {sorted(models)}; merge the maps of one model")
+    drafters = {cm.drafter for cm in maps}
+    if len(drafters) > 1:
+        log.warning("merged maps used different drafters %s: the map names %s", sorted(map(str, drafters)), maps[0].drafter)
+    domains: dict[str, DomainConfig] = {}
+    for cm in maps:
+        domains.update(cm.domains)
+    model, num_layers = next(iter(models))
+    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=maps[0].drafter)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
+from typing import Any
+
+from specsparse.util import locate
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class Measurement:
     accept_length: mean over all verification steps of all prompts.
     metric: the domain's task metric in [0, 1], or None when the domain has no references.
     cost: modeled time per generated token (s/token): draft plus verification time from the cost
-        profile (`specsparse.profile`), priced from the step counts below. 0 until priced.
+        profile (`specsparse.measuring.profile`), priced from the step counts below. 0 until priced.
     tokens_per_s: modeled, 1 / cost (0 until priced). Measured speedups come from side-by-side timing.
     flops_fraction: analytic share of the dense target's layer FLOPs still active.
     target_forwards / verified_tokens: verification steps, and the target inputs they verified;
@@ -116,3 +120,29 @@ class Candidate:
     def label(self) -> str:
         skip = "dense" if not self.skip_layers else "skip[" + ",".join(map(str, self.skip_layers)) + "]"
         return skip if self.vocab_size is None else f"{skip}|vocab={self.vocab_size}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """A configurable part of a job (drafter, search strategy, runner, logger): a class by public
+    dotpath (the config's `_target_`) and its options. Drafters are built with `cls.from_target`,
+    strategies with `cls.from_evaluator`, runners and loggers with `build`."""
+
+    target: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cls(self) -> Any:
+        return locate(self.target)
+
+    @property
+    def name(self) -> str:
+        """The class's short name (`name` attribute, e.g. "bfs"), else the class name."""
+        return getattr(self.cls, "name", None) or self.target.rsplit(".", 1)[-1]
+
+    def build(self, **context: Any) -> Any:
+        """An instance from the options; `context` values (e.g. the job's output_dir) go to
+        constructors that take them and that the options do not set."""
+        params = inspect.signature(self.cls.__init__).parameters
+        extra = {k: v for k, v in context.items() if k in params and k not in self.options}
+        return self.cls(**self.options, **extra)

@@ -13,17 +13,27 @@ for _name, _value in {
 }.items():
     os.environ[_name] = _value
 
-from pathlib import Path  # noqa: E402
+import copy
+from pathlib import Path
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from specsparse.drafters import (
+    DraftModelDrafter,
+    PromptLookupDrafter,
+    SelfSkipDrafter,
+    SuffixAutomatonDrafter,
+    TokenRecyclingDrafter,
+)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    from specsparse.models import tiny_model
+    from specsparse.decoding.models import tiny_model
 
     return tiny_model(num_layers=4, hidden_size=64, seed=0)
 
@@ -31,7 +41,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def models():
     """Two tiny 4-layer Llamas (seeds 0 and 1: a target and an independent draft model) for engine tests."""
-    from specsparse.models import tiny_model
+    from specsparse.decoding.models import tiny_model
 
     return {seed: tiny_model(num_layers=4, hidden_size=48, seed=seed).model for seed in (0, 1)}
 
@@ -39,7 +49,7 @@ def models():
 @pytest.fixture(scope="session")
 def smollm():
     """The embedded default model in float32 (skips when its package is not installed)."""
-    from specsparse.models import ModelLoadError, load_model
+    from specsparse.decoding.models import ModelLoadError, load_model
 
     try:
         return load_model("smollm2-135m", dtype="float32")
@@ -56,3 +66,41 @@ def shared_data() -> Path:
 
 # One thread: tiny models are faster so, and a loaded machine's oversubscribed threads stall badly.
 torch.set_num_threads(1)
+
+
+# -- helpers shared by test modules (import them with `from conftest import ...`) --------------------
+NUM_LAYERS = 4  # depth of the tiny random models the property tests use
+
+
+def skip_sets(num_layers):
+    """Every proper subset of the layers (skipping all of them is an error)."""
+    return st.sets(st.integers(0, num_layers - 1), max_size=num_layers - 1).map(lambda s: tuple(sorted(s)))
+
+
+def physically_removed(model, skip):
+    """A copy of `model` without the `skip` layers, re-indexed 0..n-1, with its own config."""
+    pruned = copy.deepcopy(model)
+    kept = [layer for i, layer in enumerate(pruned.model.layers) if i not in set(skip)]
+    for new_index, layer in enumerate(kept):
+        layer.self_attn.layer_idx = new_index
+    pruned.model.layers = torch.nn.ModuleList(kept)
+    pruned.config.num_hidden_layers = len(kept)
+    if getattr(pruned.config, "layer_types", None):
+        pruned.config.layer_types = [t for i, t in enumerate(pruned.config.layer_types) if i not in set(skip)]
+    return pruned
+
+
+def make_drafter(name, models, num_layers, draft_skip):
+    target = models[0]
+    vocab = target.config.vocab_size
+    return {
+        "pld": lambda: PromptLookupDrafter(),
+        "samd": lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)),
+        "recycling": lambda: TokenRecyclingDrafter(vocab),
+        "self_skip": lambda: SelfSkipDrafter(target, skip_layers=draft_skip),
+        "draft_model": lambda: DraftModelDrafter(models[1], target_vocab_size=vocab),
+        "draft_model_trimmed": lambda: DraftModelDrafter(models[1], vocab_ids=range(0, vocab, 3)),
+    }[name]()
+
+
+DRAFTERS = ["pld", "samd", "recycling", "self_skip", "draft_model", "draft_model_trimmed"]

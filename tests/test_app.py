@@ -12,11 +12,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from specsparse.app import ConfigError, GROUPS, JobPlan, build_plan
 from specsparse.drafters.base import Drafter
-from specsparse.evaluation import locate
-from specsparse.search.base import LayerSkipSearch, SearchStrategy
+from specsparse.jobs.config import GROUPS, ConfigError, JobPlan, build_plan
+from specsparse.jobs.runners.local import LocalRunner
+from specsparse.measuring.evaluation import evaluator_for
+from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
+from specsparse.types import Candidate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -76,27 +78,25 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     if group == "model":
         assert plan.model.name == option and plan.model.num_layers and plan.model.vocab_size
     elif group == "drafter":
-        cls = locate(plan.evaluation.drafter.target)
+        cls = plan.evaluation.drafter.cls
         assert issubclass(cls, Drafter)
-        drafter = plan.evaluation.drafter.build(tiny)  # instantiated for real on the tiny model
+        drafter = cls.from_target(tiny, **plan.evaluation.drafter.options)  # instantiated for real on the tiny model
         assert isinstance(drafter, cls)
     elif group == "domain":
         assert plan.evaluation.domain.name == option
         assert plan.data["n_calibration"] >= 1 and plan.data["n_test"] >= 1
     elif group == "search":
-        cls = locate(plan.search.target)
-        assert issubclass(cls, SearchStrategy)
-        if issubclass(cls, LayerSkipSearch):
-            strategy = cls(num_layers=tiny.num_layers, **plan.search.options)
-        else:
-            assert issubclass(cls, TPEVocabSearch)
-            strategy = cls(vocab_size=tiny.model.config.vocab_size, coverage=lambda k: 1.0,
-                           latency_reduction=lambda k: 0.0, **plan.search.options)
-        assert strategy.ask()  # proposes the dense baseline first
+        cls = plan.search.cls
+        assert issubclass(cls, (LayerSkipSearch, TPEVocabSearch))
+        strategy = cls.from_evaluator(evaluator_for(plan.evaluation), **plan.search.options)  # built as a job builds it
+        assert Candidate() in strategy.ask()  # proposes the dense baseline first
     elif group == "runner":
-        assert hasattr(locate(plan.runner.target), "evaluate_batch")
+        assert hasattr(plan.runner.cls, "evaluate_batch")
         if option == "local":
-            assert plan.runner.build().evaluate_batch
+            runner = plan.runner.build()
+            assert isinstance(runner, LocalRunner)
+            [dense] = runner.evaluate_batch(plan.evaluation, [Candidate()])
+            assert dense.new_tokens > 0 and len(dense.per_prompt) == plan.data["n_calibration"]
     elif group == "logger":
         if option == "none":
             assert plan.logger is None
@@ -137,8 +137,8 @@ def test_relative_paths_resolve_against_the_launch_directory(tmp_path, shared_da
 
 
 def test_library_never_imports_hydra():
-    code = ("import sys, specsparse.app, specsparse.report, specsparse.ray_runner, specsparse.wandb_logger, "
-            "specsparse.cli, specsparse.pipeline; bad = [m for m in sys.modules if m.split('.')[0] in "
+    code = ("import sys, specsparse.jobs.config, specsparse.jobs.report, specsparse.jobs.runners.ray, specsparse.jobs.wandb_logger, "
+            "specsparse.cli, specsparse.jobs.job; bad = [m for m in sys.modules if m.split('.')[0] in "
             "('hydra', 'omegaconf')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

@@ -4,21 +4,16 @@ import math
 
 import pytest
 import torch
+from conftest import DRAFTERS, NUM_LAYERS, make_drafter, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.models import tiny_model
+from specsparse.decoding.skipping import skipper_for
 from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter
 from specsparse.drafters.pld import PromptLookupDrafter
-from specsparse.drafters.recycling import TokenRecyclingDrafter
-from specsparse.drafters.samd import SuffixAutomatonDrafter
-from specsparse.engine import speculative_generate
-from specsparse.models import tiny_model
-from specsparse.skipping import skipper_for
 from specsparse.types import GenerationConfig
-
-from tests.test_skipping import skip_sets
-
-NUM_LAYERS = 4
 
 
 def reference_greedy(model, prompt, skip, max_new_tokens):
@@ -46,20 +41,6 @@ def assert_same_up_to_near_tie(output, reference, gaps):
     assert len(output) == len(reference)
 
 
-def make_drafter(name, models, num_layers, draft_skip):
-    target = models[0]
-    vocab = target.config.vocab_size
-    return {
-        "pld": lambda: PromptLookupDrafter(),
-        "samd": lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)),
-        "recycling": lambda: TokenRecyclingDrafter(vocab),
-        "self_skip": lambda: SelfSkipDrafter(target, skip_layers=draft_skip),
-        "draft_model": lambda: DraftModelDrafter(models[1], target_vocab_size=vocab),
-        "draft_model_trimmed": lambda: DraftModelDrafter(models[1], vocab_ids=range(0, vocab, 3)),
-    }[name]()
-
-
-DRAFTERS = ["pld", "samd", "recycling", "self_skip", "draft_model", "draft_model_trimmed"]
 # Prompts with repeats so that lookup drafters actually propose.
 prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p * 2)
 

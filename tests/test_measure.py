@@ -4,11 +4,12 @@ from dataclasses import replace
 
 import pytest
 
-from specsparse.data import get_domain, load_examples
+from specsparse.data import build_messages, get_domain, load_examples
+from specsparse.decoding.generation import generate_text
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, Evaluator, MeasureSpec
-from specsparse.measure import EarlyReject, layer_flops_fraction, measure
-from specsparse.types import Candidate, GenerationConfig
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, MeasureSpec
+from specsparse.measuring.measure import EarlyReject, layer_flops_fraction, measure
+from specsparse.types import Candidate, Component, GenerationConfig
 
 CONFIG = GenerationConfig(max_new_tokens=12, num_draft_tokens=3)
 
@@ -28,9 +29,16 @@ def test_measure_is_deterministic_and_complete(tiny):
 
 def test_domain_without_references_has_no_metric_and_runs_both_turns(tiny):
     examples = load_examples("mt_bench", limit=2)
-    result = measure(tiny, get_domain("mt_bench"), examples, PromptLookupDrafter, (), CONFIG, progress=False)
+    domain = get_domain("mt_bench")
+    result = measure(tiny, domain, examples, PromptLookupDrafter, (), CONFIG, progress=False)
     assert result.metric is None
-    assert all(p.new_tokens > CONFIG.max_new_tokens for p in result.per_prompt)  # two turns each
+    for example, prompt in zip(examples, result.per_prompt):  # both turns, each after the first reply
+        replies, tokens = [], 0
+        for turn in range(2):
+            text, plain = generate_text(tiny, build_messages(domain, example, turn, replies), None, CONFIG)
+            replies.append(text)
+            tokens += plain.new_tokens
+        assert prompt.new_tokens == tokens
 
 
 def test_flops_fraction_counts_skipped_layers(tiny):
@@ -61,7 +69,7 @@ def test_no_examples_is_a_clear_error(tiny):
 def spec():
     return EvaluationSpec(
         model="tiny",
-        drafter=DrafterSpec("specsparse.drafters.self_skip.SelfSkipDrafter", {"skip_layers": [1, 2]}),
+        drafter=Component("specsparse.drafters.self_skip.SelfSkipDrafter", {"skip_layers": [1, 2]}),
         domain=DomainSpec("qa", limit=10),
         generation=CONFIG,
     )
@@ -73,7 +81,7 @@ def test_store_keys_change_with_every_setting(spec):
     assert key == Evaluator(spec).key(Candidate((1,)))
     variants = [
         replace(spec, generation=replace(CONFIG, num_draft_tokens=4)),
-        replace(spec, drafter=DrafterSpec(spec.drafter.target, {"skip_layers": [1]})),
+        replace(spec, drafter=Component(spec.drafter.target, {"skip_layers": [1]})),
         replace(spec, domain=replace(spec.domain, limit=9)),
         replace(spec, domain=replace(spec.domain, split_seed=1)),
         replace(spec, split="test"),

@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec
-from specsparse.pipeline import LocalRunner, SearchSpec, run_job
-from specsparse.profile import CHUNKS, CostProfile, DraftCost, measure_profile, price, profile_for, profile_path
-from specsparse.store import ResultsStore
-from specsparse.types import GenerationConfig, Measurement
+from specsparse.jobs.job import run_job
+from specsparse.jobs.runners.local import LocalRunner
+from specsparse.jobs.store import ResultsStore
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+from specsparse.measuring.profile import CHUNKS, CostProfile, DraftCost, measure_profile, price, profile_for, profile_path
+from specsparse.types import Component, GenerationConfig, Measurement
 
 PROFILE = CostProfile(identity={"test": 1}, num_layers=10, vocab_size=100, single=(0.004, 0.001),
                       verify=(0.010, 0.002, 0.001, 0.0005), head_per_row=1e-6)
@@ -43,14 +44,14 @@ def test_accept_length_and_depth_both_count():
 
 def test_profile_is_measured_once_and_reloaded(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSPARSE_CACHE", str(tmp_path))
-    monkeypatch.setattr("specsparse.profile._PROFILES", {})
+    monkeypatch.setattr("specsparse.measuring.profile._PROFILES", {})
     first = profile_for(tiny.model)
     path = profile_path(first.identity)
     assert path.is_file() and {c for _, c, _ in first.samples} == set(CHUNKS)
     assert {k for k, _, _ in first.samples} == {1, 2, 4}  # tiny: 4 layers
     assert all(t > 0 for _, _, t in first.samples)
-    monkeypatch.setattr("specsparse.profile._PROFILES", {})
-    monkeypatch.setattr("specsparse.profile.measure_profile", lambda *a, **k: pytest.fail("measured twice"))
+    monkeypatch.setattr("specsparse.measuring.profile._PROFILES", {})
+    monkeypatch.setattr("specsparse.measuring.profile.measure_profile", lambda *a, **k: pytest.fail("measured twice"))
     assert profile_for(tiny.model) == first
 
 
@@ -65,10 +66,10 @@ def test_profile_fits_its_own_samples(smollm):
 def test_an_inflated_stored_timing_changes_no_selection(tmp_path):
     """Inflate every stored cost, tokens/s and wall time (a run timed under load): a rerun served from
     the store selects the same configuration and reports the same modeled numbers."""
-    spec = EvaluationSpec(model="tiny", drafter=DrafterSpec("specsparse.drafters.pld.PromptLookupDrafter"),
+    spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
                           domain=DomainSpec("translation", limit=15),
                           generation=GenerationConfig(max_new_tokens=16, num_draft_tokens=3))
-    search = SearchSpec(options={"max_depth": 2, "max_pool": 3})
+    search = Component("specsparse.search.bfs.BFSSearch", {"max_depth": 2, "max_pool": 3})
     store_path = tmp_path / "store.sqlite"
     first = run_job(spec, search, LocalRunner(progress=False), ResultsStore(store_path), tmp_path / "a",
                     evaluate_test=False, progress=False)
@@ -80,7 +81,7 @@ def test_an_inflated_stored_timing_changes_no_selection(tmp_path):
             conn.execute("UPDATE measurements SET measurement = ? WHERE key = ?", (json.dumps(data), key))
     again = run_job(spec, search, LocalRunner(progress=False), ResultsStore(store_path), tmp_path / "b",
                     evaluate_test=False, progress=False)
-    assert again.search.n_measured == 0 and again.search.n_cache_hits > 0
-    assert again.search.selected == first.search.selected
-    assert replace(again.search.selected_measurement, wall_time_s=0) == replace(first.search.selected_measurement, wall_time_s=0)
-    assert again.search.dense.cost == first.search.dense.cost
+    assert again.search_result.n_measured == 0 and again.search_result.n_cache_hits > 0
+    assert again.search_result.selected == first.search_result.selected
+    assert replace(again.search_result.selected_measurement, wall_time_s=0) == replace(first.search_result.selected_measurement, wall_time_s=0)
+    assert again.search_result.dense.cost == first.search_result.dense.cost

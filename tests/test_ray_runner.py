@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsparse.evaluation import DomainSpec, EvaluationSpec
-from specsparse.pipeline import LocalRunner, SearchSpec, run_job
-from specsparse.ray_runner import RayResourceError, RayRunner, spec_from_dict, spec_to_dict
-from specsparse.store import ResultsStore
-from specsparse.types import Candidate, GenerationConfig
+from specsparse.jobs.job import run_job
+from specsparse.jobs.runners.local import LocalRunner
+from specsparse.jobs.runners.ray import RayResourceError, RayRunner, spec_from_dict, spec_to_dict
+from specsparse.jobs.store import ResultsStore
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+from specsparse.types import Candidate, Component, GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = EvaluationSpec(
@@ -29,7 +30,7 @@ SPEC = EvaluationSpec(
     domain=DomainSpec("translation", limit=10),
     generation=GenerationConfig(max_new_tokens=16),
 )
-SEARCH = SearchSpec("specsparse.search.bfs.BFSSearch", {"max_depth": 2, "max_pool": 4})
+SEARCH = Component("specsparse.search.bfs.BFSSearch", {"max_depth": 2, "max_pool": 4})
 
 
 @pytest.fixture
@@ -73,9 +74,9 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
         assert {k: v for k, v in ray_rows.items() if v[0] == "calibration"} == calibration
         dense_test = {k: v for k, v in local_rows.items() if v[:2] == ("test", ())}
         assert len(dense_test) == 1 and dense_test.items() <= ray_rows.items()
-        assert set(remote.search.feasible) == set(local.search.feasible)
-        assert remote.search.selected == local.search.selected
-        assert [c for c, _ in remote.search.alternatives] == [c for c, _ in local.search.alternatives]
+        assert set(remote.search_result.feasible) == set(local.search_result.feasible)
+        assert remote.search_result.selected == local.search_result.selected
+        assert [c for c, _ in remote.search_result.alternatives] == [c for c, _ in local.search_result.alternatives]
         assert len(list((tmp_path / "ray" / "ray_tune").glob("calibration-batch-*"))) == 3  # one Tune run per BFS level
 
         # Measurements come back in candidate order (duplicates included) and are reported one by one.
@@ -100,7 +101,7 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
 
 
 def _trial_results(folder: Path) -> list[dict]:
-    import json  # noqa: PLC0415
+    import json
 
     out = []
     for file in folder.rglob("result.json"):

@@ -2,15 +2,14 @@
 
 import pytest
 import torch
+from conftest import physically_removed
 
 from specsparse.data import build_messages, get_domain, load_examples
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.generation import encode_messages
+from specsparse.decoding.session import ModelSession
 from specsparse.drafters import PromptLookupDrafter, SelfSkipDrafter, SuffixAutomatonDrafter
-from specsparse.engine import speculative_generate
-from specsparse.session import ModelSession
-from specsparse.generation import encode_messages
 from specsparse.types import GenerationConfig
-
-from tests.test_skipping import physically_removed
 
 
 @pytest.fixture(scope="module")

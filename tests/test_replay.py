@@ -3,19 +3,17 @@ lockstep batched verification give the engine's outputs and per-step accept and 
 
 import pytest
 import torch
+from conftest import DRAFTERS, NUM_LAYERS, make_drafter, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.batched import generate_batch
 from specsparse.data import get_domain, load_examples
+from specsparse.decoding.batched import generate_batch
+from specsparse.decoding.engine import speculative_generate
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
-from specsparse.engine import speculative_generate
-from specsparse.measure import measure
-from specsparse.replay import replay
+from specsparse.measuring.measure import measure
+from specsparse.measuring.replay import replay
 from specsparse.types import GenerationConfig
-
-from tests.test_engine import DRAFTERS, NUM_LAYERS, make_drafter
-from tests.test_skipping import skip_sets
 
 prompt_lists = st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=10).map(lambda p: p * 2), min_size=1, max_size=5)
 
@@ -106,7 +104,7 @@ def test_one_generation_serves_every_drafter_and_k(tiny):
     config = GenerationConfig(max_new_tokens=10, num_draft_tokens=2)
     first = measure(tiny, domain, examples, PromptLookupDrafter, (1,), config, continuations=continuations, progress=False)
     assert len(continuations) == 3
-    import specsparse.measure as measure_module
+    import specsparse.measuring.measure as measure_module
 
     original = measure_module.generate_batch
     measure_module.generate_batch = lambda *a, **kw: calls.append(a) or original(*a, **kw)
@@ -123,7 +121,7 @@ def test_one_generation_serves_every_drafter_and_k(tiny):
 
 def test_batched_forward_equals_single_sequence_logits(tiny):
     """The padded, per-row-position forward gives each row the logits it has alone."""
-    from specsparse.session import BatchedSession, ModelSession
+    from specsparse.decoding.session import BatchedSession, ModelSession
 
     rows = {0: [3, 4, 5], 1: [6, 7, 8, 9, 10, 11], 2: [12]}
     with torch.inference_mode():

@@ -14,7 +14,7 @@ import pytest
 
 from specsparse.cli import main
 from specsparse.config_map import load_config_map
-from specsparse.report import (
+from specsparse.jobs.report import (
     JobRecord,
     build_report,
     find_jobs,

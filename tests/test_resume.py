@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from specsparse.store import ResultsStore
+from specsparse.jobs.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = [

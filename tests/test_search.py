@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specsparse.search as search_pkg
+from specsparse.jobs.store import ResultsStore
 from specsparse.search import (
     AcceptOnlySearch,
     BFSSearch,
@@ -33,8 +34,8 @@ from specsparse.search.base import NOTE_DENSE_SELECTED, NOTE_METRIC_UNDEFINED
 from specsparse.search.driver import candidate_meta
 from specsparse.search.pareto import feasibility_thresholds, selection_key
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
-from specsparse.store import ResultsStore, content_hash
 from specsparse.types import Candidate, Measurement
+from specsparse.util import content_hash
 
 FAST = settings(max_examples=25, deadline=None)
 
@@ -187,7 +188,7 @@ def test_contract_selected_is_cheapest_feasible(name):
     assert set(result.feasible) == {c for c, _ in feasible}
     assert result.selected in result.feasible
     assert result.selected_measurement.cost == min(m.cost for _, m in feasible)
-    for c, m in result.alternatives:
+    for c, _ in result.alternatives:
         assert c in result.feasible and c != result.selected and c.skip_layers
 
 

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
-from specsparse.controller import Controller, drafter_factory
-from specsparse.router import TfidfRouter, builtin_prompts
-from specsparse.server import make_server
+from specsparse.serving.controller import Controller, drafter_factory
+from specsparse.serving.router import TfidfRouter, builtin_prompts
+from specsparse.serving.server import make_server
 
 TRANSLATION = "Translate German to English: Der Hund schläft im Garten."
 MATH = "A baker sells 12 muffins per tray and bakes 7 trays. How many muffins does she bake?"
@@ -101,8 +101,8 @@ def test_chat_streaming_equals_non_streaming(server):
 
 
 def test_text_stream_sends_each_step_and_holds_back_split_characters():
-    from specsparse.controller import TextStream
-    from specsparse.models import tiny_tokenizer
+    from specsparse.decoding.models import tiny_tokenizer
+    from specsparse.serving.controller import TextStream
 
     tokenizer = tiny_tokenizer()
     pieces = []

@@ -1,15 +1,15 @@
 """Skipping layers on the full model equals physically removing them (re-indexed)."""
 
-import copy
 
 import pytest
 import torch
+from conftest import physically_removed, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.session import ModelSession
-from specsparse.models import tiny_model
-from specsparse.skipping import SkipSetError, validate_skip_layers
+from specsparse.decoding.models import tiny_model
+from specsparse.decoding.session import ModelSession
+from specsparse.decoding.skipping import SkipSetError, validate_skip_layers
 
 NUM_LAYERS = 5
 
@@ -17,19 +17,6 @@ NUM_LAYERS = 5
 @pytest.fixture(scope="module")
 def model():
     return tiny_model(num_layers=NUM_LAYERS, hidden_size=64, seed=3).model
-
-
-def physically_removed(model, skip):
-    """A copy of `model` without the `skip` layers, re-indexed 0..n-1, with its own config."""
-    pruned = copy.deepcopy(model)
-    kept = [layer for i, layer in enumerate(pruned.model.layers) if i not in set(skip)]
-    for new_index, layer in enumerate(kept):
-        layer.self_attn.layer_idx = new_index
-    pruned.model.layers = torch.nn.ModuleList(kept)
-    pruned.config.num_hidden_layers = len(kept)
-    if getattr(pruned.config, "layer_types", None):
-        pruned.config.layer_types = [t for i, t in enumerate(pruned.config.layer_types) if i not in set(skip)]
-    return pruned
 
 
 def run_chunks(model, skip, token_ids, chunks):
@@ -41,11 +28,6 @@ def run_chunks(model, skip, token_ids, chunks):
             out.append(session.forward(token_ids[start : start + size]))
             start += size
     return torch.cat(out)
-
-
-def skip_sets(num_layers):
-    """Every proper subset of the layers (skipping all of them is an error)."""
-    return st.sets(st.integers(0, num_layers - 1), max_size=num_layers - 1).map(lambda s: tuple(sorted(s)))
 
 
 def tokens_and_chunks(data, vocab, min_size, max_size, max_cuts):
@@ -128,8 +110,8 @@ def test_skip_equals_physical_removal_with_sliding_window_layers(gemma_like, ski
 
 
 def test_speculative_decoding_is_lossless_with_sliding_window_layers(gemma_like):
+    from specsparse.decoding.engine import speculative_generate
     from specsparse.drafters import PromptLookupDrafter
-    from specsparse.engine import speculative_generate
     from specsparse.types import GenerationConfig
 
     prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.store import ResultsStore, content_hash, measurement_from_dict, measurement_to_dict
+from specsparse.jobs.store import ResultsStore, measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Measurement, PromptResult
+from specsparse.util import content_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,7 +150,7 @@ def test_export_csv_is_atomic_and_readable(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from specsparse.store import ResultsStore
+    from specsparse.jobs.store import ResultsStore
     from specsparse.types import Measurement, PromptResult
     store = ResultsStore(sys.argv[1])
     prompts = tuple(PromptResult(f"p{j}", "x" * 2000, (1, 2) * 50, 100, 0.1, 0.1) for j in range(20))

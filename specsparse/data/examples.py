@@ -8,8 +8,8 @@ and how the answer is read from an output. Chat templates are applied elsewhere,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from specsparse.metrics.text import CHOICE_LETTERS, extract_choice_letter, extract_number
 

@@ -15,14 +15,15 @@ stable across runs: "<domain>-<nnn>" for built-in sets, "spec_bench-<category>-<
 from __future__ import annotations
 
 import csv
-import json
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from specsparse.data.examples import Domain, Example, get_domain, mmlu_prompt
+from specsparse.util import read_jsonl
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 
@@ -48,9 +49,9 @@ def _require_file(path: str | Path | None, what: str, option: str = "domain.path
     return p
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+
+def _read_jsonl(path: Path) -> list[Any]:
+    return [record for _, record in read_jsonl(path)]
 
 
 def _as_strings(value: Any) -> tuple[str, ...]:
@@ -237,7 +238,7 @@ def load_hf(
     "json" with `data_files`; `name` is the dataset config. `fields` as in `records_to_examples`."""
     if path is None:
         raise ValueError("the hf source needs a dataset id (set domain.path=...)")
-    import datasets
+    import datasets  # noqa: PLC0415
 
     dataset = datasets.load_dataset(path, name, split=split, data_files=data_files, cache_dir=cache_dir)
     prefix = f"{path.replace('/', '_')}-{split}"
@@ -270,5 +271,5 @@ def load_examples(domain: str | Domain, source: str = "builtin", path: str | Non
     ids = [ex.id for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source} gave duplicate example ids for domain {dom.name!r}")
-    logger.debug("loaded %d %s examples from %s%s", len(examples), dom.name, source, f" ({path})" if path else "")
+    log.debug("loaded %d %s examples from %s%s", len(examples), dom.name, source, f" ({path})" if path else "")
     return examples

@@ -9,7 +9,7 @@ get 1 calibration prompt out of 28 by bad luck), and adding one example moves at
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from specsparse.data.examples import Example
 
@@ -17,7 +17,7 @@ from specsparse.data.examples import Example
 def split_unit(example_id: str, seed: int = 0) -> float:
     """A uniform number in [0, 1) fixed by (seed, example id): the first 8 bytes of
     SHA-256("<seed>:<id>") read as a big-endian integer, divided by 2**64."""
-    digest = hashlib.sha256(f"{seed}:{example_id}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{seed}:{example_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 

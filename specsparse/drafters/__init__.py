@@ -7,7 +7,14 @@ from specsparse.drafters.recycling import TokenRecyclingDrafter
 from specsparse.drafters.samd import SuffixAutomatonDrafter
 from specsparse.drafters.self_skip import SelfSkipDrafter
 
+# The drafters by short name (`specsparse generate --drafter NAME`); configs name them by dotpath.
+DRAFTERS: dict[str, type[Drafter]] = {
+    cls.name: cls
+    for cls in (PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter, SelfSkipDrafter, DraftModelDrafter)
+}
+
 __all__ = [
+    "DRAFTERS",
     "DraftModelDrafter",
     "Drafter",
     "PromptLookupDrafter",

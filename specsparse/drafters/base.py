@@ -11,7 +11,7 @@ Lifecycle for one request (the engine drives it):
 `reset()` clears any state kept across requests (e.g. Token Recycling's adjacency matrix), so a
 measurement that calls it first is a pure function of its inputs.
 
-Replay (`specsparse.replay`) scores a drafter against the target's known greedy continuation with no
+Replay (`specsparse.measuring.replay`) scores a drafter against the target's known greedy continuation with no
 target forward: it needs drafters whose proposals depend on the committed context only
 (`replayable`). `replay_drafters` may precompute them for a batch (LM drafters do).
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from specsparse.models import LoadedModel
+    from specsparse.decoding.models import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ class DraftModelDrafter(LMDrafter):
         cls, target, vocab_ids=None, source: str = "tiny", dtype: str = "float32", temperature: float = 0.0, seed: int = 0
     ) -> DraftModelDrafter:
         """Load the draft model `source` (any `load_model` source; loaded once per process) next to `target`."""
-        from specsparse.models import load_model_cached  # noqa: PLC0415
+        from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
 
         draft = load_model_cached(source, dtype=dtype, device=str(target.model.device))
         if len(draft.tokenizer) != len(target.tokenizer):

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.session import BatchedSession, ModelSession
 from specsparse.drafters.base import Drafter, Proposal
-from specsparse.session import BatchedSession, ModelSession
 
 
 class LMDrafter(Drafter):

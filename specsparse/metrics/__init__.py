@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from specsparse.data.examples import Domain, Example
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 MODULES_DIR = Path(__file__).resolve().parent / "modules"
 
@@ -55,13 +56,13 @@ def get_metric_spec(name: str) -> MetricSpec:
         raise ValueError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_metric(name: str) -> Any:
     """The loaded `evaluate` module for metric `name` (loaded once per process, kept in memory)."""
-    import evaluate
+    import evaluate  # noqa: PLC0415
 
     spec = get_metric_spec(name)
-    logger.debug("loading metric %s from %s", name, spec.path)
+    log.debug("loading metric %s from %s", name, spec.path)
     return evaluate.load(str(spec.path), keep_in_memory=True)
 
 
@@ -85,7 +86,7 @@ def score(
     if not pairs:
         return None
     if len(pairs) < len(predictions):
-        logger.debug("%s: %d of %d examples have no reference", metric_name, len(predictions) - len(pairs), len(predictions))
+        log.debug("%s: %d of %d examples have no reference", metric_name, len(predictions) - len(pairs), len(predictions))
     values = load_metric(metric_name).compute(
         predictions=[p for p, _ in pairs], references=[r for _, r in pairs]
     )
@@ -98,7 +99,7 @@ def headline_metric(domain: str | Domain) -> str | None:
     """Name of the value that `score` reports as "score" for a domain ("rougeL", "f1", ...); None
     for a domain without a metric (mt_bench)."""
     if isinstance(domain, str):
-        from specsparse.data.examples import get_domain
+        from specsparse.data.examples import get_domain  # noqa: PLC0415
 
         domain = get_domain(domain)
     return None if domain.metric is None else get_metric_spec(domain.metric).headline

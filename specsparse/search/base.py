@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from specsparse.measuring.intervals import metric_interval, paired_ratios
 from specsparse.search.pareto import (
     Point,
     active_objectives,
@@ -21,6 +22,7 @@ from specsparse.search.pareto import (
 )
 from specsparse.types import Candidate, Measurement
 
+FEASIBILITY_RULES = ("point", "lower_bound")
 NOTE_METRIC_UNDEFINED = "metric undefined: acceptance-only rules"
 NOTE_DENSE_SELECTED = "no feasible configuration cheaper than dense: dense selected"
 
@@ -79,6 +81,14 @@ class SearchStrategy(abc.ABC):
     """
 
     name: ClassVar[str] = "search"
+    # Constructor arguments that come from the model and data (`from_evaluator`), not from the config.
+    context_arguments: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_evaluator(cls, evaluator: Any, **options: Any) -> SearchStrategy:
+        """The strategy for a calibration split (`specsparse.measuring.evaluation.Evaluator`), with the
+        config's options; how every job builds its strategy."""
+        return cls(**options)
 
     @abc.abstractmethod
     def ask(self) -> list[Candidate]:
@@ -110,7 +120,20 @@ class LayerSkipSearch(SearchStrategy):
     objectives: which constraints the rule uses, a non-empty subset of ("accept", "metric").
     protect_layers: layers never skipped (e.g. the first and last layer).
     early_reject: expose `feasibility_thresholds()` to runners that can stop measurements early.
+    feasibility: "point" (the papers' rule: A >= (1-eps_A)A0 and M >= (1-eps_M)M0 on point estimates)
+        or "lower_bound" (a deviation: the lower ends of the paired-bootstrap 95% intervals of A/A0 and
+        M/M0 over the calibration prompts must reach 1 - eps; see `specsparse.measuring.intervals`).
+    metric_floor: the metric constrains only when it is informative: when the lower end of the dense
+        metric's 95% interval is at least `metric_floor`. Otherwise the rule uses accept length alone
+        and the selection carries a "metric uninformative" note (a deviation from the papers, which
+        always constrain on the metric; set 0 to always constrain).
     """
+
+    context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)
+
+    @classmethod
+    def from_evaluator(cls, evaluator: Any, **options: Any) -> LayerSkipSearch:
+        return cls(num_layers=evaluator.target.num_layers, **options)
 
     def __init__(
         self,
@@ -121,7 +144,13 @@ class LayerSkipSearch(SearchStrategy):
         protect_layers: Sequence[int] = (),
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
+        feasibility: str = "point",
+        metric_floor: float = 0.05,
     ) -> None:
+        if feasibility not in FEASIBILITY_RULES:
+            raise ValueError(f"feasibility must be one of {FEASIBILITY_RULES}, got {feasibility!r}")
+        if not 0 <= metric_floor < 1:
+            raise ValueError(f"metric_floor must be in [0, 1), got {metric_floor}")
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         if max_depth < 1:
@@ -141,6 +170,8 @@ class LayerSkipSearch(SearchStrategy):
         self.protect_layers = tuple(sorted({int(i) for i in protect_layers}))
         self.objectives = objectives
         self.early_reject = early_reject
+        self.feasibility = feasibility
+        self.metric_floor = metric_floor
         self.free_layers = tuple(i for i in range(num_layers) if i not in self.protect_layers)
         self.measured: dict[Candidate, Measurement] = {}
         self.dense_candidate = Candidate()
@@ -154,27 +185,44 @@ class LayerSkipSearch(SearchStrategy):
         """The dense baseline measurement, once told."""
         return self.measured.get(self.dense_candidate)
 
+    def metric_uninformative(self) -> str | None:
+        """Why the dense metric cannot constrain (a note), or None when it can."""
+        dense = self.dense
+        if dense is None or dense.metric is None or "metric" not in self.objectives:
+            return None
+        interval = metric_interval(dense)
+        low = dense.metric if interval is None else interval.low
+        if low >= self.metric_floor:
+            return None
+        shown = f"{dense.metric:.3f}" if interval is None else str(interval)
+        return (f"metric uninformative: dense metric {shown} reaches below metric_floor={self.metric_floor:g} "
+                "(95% interval over the calibration prompts); constraining on accept length only")
+
     def _rule(self) -> tuple[bool, bool]:
         assert self.dense is not None
-        return active_objectives(self.dense, "accept" in self.objectives, "metric" in self.objectives)
+        use_metric = "metric" in self.objectives and self.metric_uninformative() is None
+        return active_objectives(self.dense, "accept" in self.objectives, use_metric)
+
+    def _holds(self, m: Measurement, use_accept: bool, use_metric: bool) -> bool:
+        """The constraints in use hold for `m`, under this search's feasibility rule."""
+        assert self.dense is not None
+        if self.feasibility == "point" or m.early_stopped:
+            return is_feasible(m, self.dense, self.eps_accept, self.eps_metric, use_accept, use_metric)
+        ratios = paired_ratios(self.dense, m)
+        if ratios is None:  # not the same prompts as the dense baseline: nothing to pair
+            return False
+        if use_accept and ratios.accept.low < 1 - self.eps_accept:
+            return False
+        return not (use_metric and (ratios.metric is None or ratios.metric.low < 1 - self.eps_metric))
 
     def feasible(self, m: Measurement) -> bool:
         """The feasibility rule of this search (needs the dense baseline)."""
-        assert self.dense is not None
-        use_a, use_m = self._rule()
-        return is_feasible(m, self.dense, self.eps_accept, self.eps_metric, use_a, use_m)
+        return self._holds(m, *self._rule())
 
     def passes_any(self, m: Measurement) -> bool:
         """Permissive rule: at least one of the constraints in use holds (BFS candidate pool)."""
-        assert self.dense is not None
-        if m.early_stopped:
-            return False
         use_a, use_m = self._rule()
-        return any(
-            is_feasible(m, self.dense, self.eps_accept, self.eps_metric, a, b)
-            for a, b in ((use_a, False), (False, use_m))
-            if a or b
-        )
+        return any(self._holds(m, a, b) for a, b in ((use_a, False), (False, use_m)) if a or b)
 
     def quality(self, m: Measurement, weight_accept: float = 0.5) -> float:
         """Retained quality: weight_accept * A/A0 + (1 - weight_accept) * M/M0 over the constraints in
@@ -203,6 +251,8 @@ class LayerSkipSearch(SearchStrategy):
         notes = []
         if "metric" in self.objectives and dense.metric is None:
             notes.append(NOTE_METRIC_UNDEFINED)
+        if self.metric_uninformative() is not None:
+            notes.append(self.metric_uninformative())
         feasible = [(c, m) for c, m in self.measured.items() if self.feasible(m)]
         use_a, use_m = self._rule()
         objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on] + ["cost"]

@@ -18,7 +18,7 @@ from specsparse.search.base import LayerSkipSearch, Selection, Thresholds
 from specsparse.search.pareto import selection_cost
 from specsparse.types import Candidate
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class BFSSearch(LayerSkipSearch):
@@ -45,9 +45,12 @@ class BFSSearch(LayerSkipSearch):
         protect_layers: Sequence[int] = (),
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
+        feasibility: str = "point",
+        metric_floor: float = 0.05,
         weight_accept: float = 0.5,
     ) -> None:
-        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject)
+        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
+                         feasibility, metric_floor)
         if max_pool is not None and max_pool < 1:
             raise ValueError(f"max_pool must be >= 1 or None, got {max_pool}")
         self.max_pool = max_pool
@@ -64,7 +67,7 @@ class BFSSearch(LayerSkipSearch):
             self._done = True
             return []
         self.level += 1
-        logger.info("bfs level %d: %d configurations", self.level, len(batch))
+        log.info("bfs level %d: %d configurations", self.level, len(batch))
         return batch
 
     def _level_batch(self, k: int) -> list[Candidate]:
@@ -75,7 +78,7 @@ class BFSSearch(LayerSkipSearch):
         if k == 1:
             return [Candidate((layer,)) for layer in self.free_layers]
         if not any(self.feasible(m) for c, m in self.measured.items() if len(c.skip_layers) == k - 1):
-            logger.info("bfs: no feasible configuration at level %d, stopping", k - 1)
+            log.info("bfs: no feasible configuration at level %d, stopping", k - 1)
             return []
         if k == 2:
             self.pool = self._build_pool()
@@ -91,7 +94,7 @@ class BFSSearch(LayerSkipSearch):
         if self.max_pool is not None:
             ranked = ranked[: self.max_pool]
         pool = tuple(sorted(layer for layer, _ in ranked))
-        logger.info("bfs pool (%d of %d single skips): %s", len(pool), len(singles), pool)
+        log.info("bfs pool (%d of %d single skips): %s", len(pool), len(singles), pool)
         return pool
 
     def feasibility_thresholds(self) -> Thresholds | None:

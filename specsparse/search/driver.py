@@ -8,6 +8,7 @@ Tune fan-out, or `evaluate_callable` for synthetic objectives); the driver only 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -15,11 +16,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from specsparse.jobs.store import ResultsStore
 from specsparse.search.base import SearchResult, SearchStrategy
-from specsparse.store import ResultsStore
 from specsparse.types import Candidate, Measurement
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 OnResult = Callable[[Candidate, Measurement], None]
 # evaluate_batch(candidates, on_result) -> measurements in candidate order. A runner that can should call
@@ -34,6 +35,7 @@ def candidate_meta(candidate: Candidate) -> dict[str, Any]:
     return {"skip_layers": list(candidate.skip_layers), "vocab_size": candidate.vocab_size}
 
 
+# One function on purpose: each round (ask, serve from the store, measure, tell) reads best whole.
 def run_search(
     strategy: SearchStrategy,
     evaluate_batch: EvaluateBatch,
@@ -83,31 +85,19 @@ def run_search(
             for c in dict.fromkeys(c for c in batch if c in measured):
                 strategy.tell(c, measured[c])
             if not fresh:
-                logger.warning("%s proposed only configurations it already has; stopping", strategy.name)
+                log.warning("%s proposed only configurations it already has; stopping", strategy.name)
                 break
             keys = {c: key_fn(c) for c in fresh} if store is not None else {}  # type: ignore[misc]
-            results: dict[Candidate, tuple[Measurement, bool]] = {}
-            for c in fresh:
-                hit = store.get(keys[c]) if store is not None else None
-                if hit is not None:
-                    results[c] = (hit, True)
+            results = {c: (m, True) for c, m in _stored(store, keys).items()}
             todo = [c for c in fresh if c not in results]
             left = None if budget is None else budget - n_new
             cut = left is not None and len(todo) > left
             if cut:
                 todo = todo[:left]
             if todo:
-
-                def store_now(c: Candidate, m: Measurement) -> None:
-                    if store is not None:  # put is idempotent: a second put of the same key is a no-op
-                        store.put(keys[c], m, _meta(c, m, strategy, meta_fn))
-
-                ms = list(evaluate_batch(list(todo), store_now))
-                if len(ms) != len(todo):
-                    raise RuntimeError(f"evaluate_batch returned {len(ms)} measurements for {len(todo)} candidates")
-                for c, m in zip(todo, ms):
+                meta = functools.partial(_meta, strategy=strategy, meta_fn=meta_fn)
+                for c, m in zip(todo, _measure_and_store(todo, evaluate_batch, store, keys, meta)):
                     results[c] = (m, False)
-                    store_now(c, m)
             n_round_hits = 0
             for c in fresh:
                 if c not in results:
@@ -126,17 +116,70 @@ def run_search(
                     on_measurement(c, m, cached)
             bar.update(len(todo))
             bar.set_postfix(cached=n_hits)
-            logger.info(
+            log.info(
                 "%s round %d: %d proposed, %d cached, %d measured", strategy.name, round_, len(batch),
                 n_round_hits, len(todo),
             )
             if cut:
                 notes.append(f"budget of {budget} new measurements exhausted; search stopped early")
-                logger.info("%s: %s", strategy.name, notes[-1])
+                log.info("%s: %s", strategy.name, notes[-1])
                 break
     finally:
         bar.close()
     return _result(strategy, measured, notes, n_new, n_hits, forwards, time.perf_counter() - start)
+
+
+def measure_through_store(
+    candidates: Sequence[Candidate],
+    evaluate_batch: EvaluateBatch,
+    store: ResultsStore,
+    key_fn: Callable[[Candidate], str],
+    meta_fn: Callable[[Candidate], dict[str, Any]],
+) -> list[Measurement]:
+    """Measurements of `candidates` (in order) outside a search, e.g. on the test split: served from
+    `store` when present, otherwise measured as one batch and stored the moment each one exists."""
+    unique = list(dict.fromkeys(candidates))
+    keys = {c: key_fn(c) for c in unique}
+    found = _stored(store, keys)
+    missing = [c for c in unique if c not in found]
+
+    def meta(c: Candidate, m: Measurement) -> dict[str, Any]:
+        return {**meta_fn(c), "candidate": candidate_meta(c)}
+
+    found.update(zip(missing, _measure_and_store(missing, evaluate_batch, store, keys, meta)))
+    return [found[c] for c in candidates]
+
+
+def _stored(store: ResultsStore | None, keys: dict[Candidate, str]) -> dict[Candidate, Measurement]:
+    """The candidates of `keys` whose measurement is in the store."""
+    if store is None:
+        return {}
+    found = {c: store.get(key) for c, key in keys.items()}
+    return {c: m for c, m in found.items() if m is not None}
+
+
+def _measure_and_store(
+    todo: list[Candidate],
+    evaluate_batch: EvaluateBatch,
+    store: ResultsStore | None,
+    keys: dict[Candidate, str],
+    meta: Callable[[Candidate, Measurement], dict[str, Any]],
+) -> list[Measurement]:
+    """Measure `todo` as one batch, storing each measurement as the runner hands it over (and again
+    at the end for runners that cannot; `put` of an existing key is a no-op)."""
+    if not todo:
+        return []
+
+    def store_now(c: Candidate, m: Measurement) -> None:
+        if store is not None:
+            store.put(keys[c], m, meta(c, m))
+
+    measurements = list(evaluate_batch(list(todo), store_now))
+    if len(measurements) != len(todo):
+        raise RuntimeError(f"evaluate_batch returned {len(measurements)} measurements for {len(todo)} candidates")
+    for c, m in zip(todo, measurements):
+        store_now(c, m)
+    return measurements
 
 
 def _meta(c: Candidate, m: Measurement, strategy: SearchStrategy, meta_fn: Callable | None) -> dict[str, Any]:
@@ -177,7 +220,7 @@ def _result(
         wall_time_s=wall,
         info=sel.info,
     )
-    logger.info(
+    log.info(
         "%s: selected %s (A=%.3f, M=%s, cost=%.4g) after %d new measurements, %d cache hits",
         strategy.name, result.selected.label, result.selected_measurement.accept_length,
         result.selected_measurement.metric, result.selected_measurement.cost, n_new, n_hits,

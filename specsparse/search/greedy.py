@@ -11,7 +11,7 @@ from specsparse.search.base import LayerSkipSearch, Selection
 from specsparse.search.pareto import selection_cost
 from specsparse.types import Candidate, Measurement
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class GreedySearch(LayerSkipSearch):
@@ -37,8 +37,11 @@ class GreedySearch(LayerSkipSearch):
         protect_layers: Sequence[int] = (),
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
+        feasibility: str = "point",
+        metric_floor: float = 0.05,
     ) -> None:
-        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject)
+        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
+                         feasibility, metric_floor)
         self.weight_accept = weight_accept
         self.current: tuple[int, ...] = ()
         self.path: list[tuple[int, ...]] = []
@@ -75,12 +78,12 @@ class GreedySearch(LayerSkipSearch):
         told = [(c, self.measured[c]) for c in self._batch if c in self.measured]
         feasible = [(c, m) for c, m in told if self.feasible(m)]
         if not feasible:
-            logger.info("greedy step %d: no feasible extension of %s, stopping", self._step, self.current)
+            log.info("greedy step %d: no feasible extension of %s, stopping", self._step, self.current)
             return False
         best, m = min(feasible, key=lambda cm: (-self.score(cm[1]), selection_cost(cm[1]), cm[0].skip_layers))
         self.current = best.skip_layers
         self.path.append(self.current)
-        logger.info("greedy step %d: commit %s (score %.4f)", self._step, self.current, self.score(m))
+        log.info("greedy step %d: commit %s (score %.4f)", self._step, self.current, self.score(m))
         return True
 
     def select(self) -> Selection:

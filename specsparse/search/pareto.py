@@ -5,7 +5,7 @@ the dense model: A >= (1 - eps_A) * A0 and M >= (1 - eps_M) * M0. Domains withou
 metric (M0 is None); the rule then uses acceptance only.
 
 Cost here is `selection_cost`: the modeled time per generated token, (draft + verify time) / A, priced
-from the measurement's step counts by the cost profile (`specsparse.profile`). It accounts for accept
+from the measurement's step counts by the cost profile (`specsparse.measuring.profile`). It accounts for accept
 length: a deeper skip set that verifies faster but accepts less can cost more per token. It is never a
 wall-clock timing taken while measuring: on a shared machine that noise (10-20%) is larger than the
 difference between skip sets of equal depth, and it would make selections differ between runs.

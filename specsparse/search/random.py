@@ -11,7 +11,7 @@ import numpy as np
 from specsparse.search.base import LayerSkipSearch
 from specsparse.types import Candidate
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class RandomSearch(LayerSkipSearch):
@@ -38,8 +38,11 @@ class RandomSearch(LayerSkipSearch):
         protect_layers: Sequence[int] = (),
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
+        feasibility: str = "point",
+        metric_floor: float = 0.05,
     ) -> None:
-        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject)
+        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
+                         feasibility, metric_floor)
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if batch_size is not None and batch_size < 1:

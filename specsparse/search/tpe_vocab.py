@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specsparse.search.base import SearchStrategy, Selection
 from specsparse.types import Candidate, Measurement
@@ -19,7 +19,7 @@ from specsparse.types import Candidate, Measurement
 if TYPE_CHECKING:
     import optuna
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,14 @@ class TPEVocabSearch(SearchStrategy):
     """
 
     name = "tpe_vocab"
+    context_arguments = ("vocab_size", "coverage", "latency_reduction")
+
+    @classmethod
+    def from_evaluator(cls, evaluator: Any, **options: Any) -> TPEVocabSearch:
+        """C(k) from the calibration split's token frequencies, R(k) from the drafter's FLOPs."""
+        coverage, latency_reduction = evaluator.vocab_objective()
+        vocab_size = evaluator.target.model.config.vocab_size
+        return cls(vocab_size=vocab_size, coverage=coverage, latency_reduction=latency_reduction, **options)
 
     def __init__(
         self,
@@ -99,7 +107,7 @@ class TPEVocabSearch(SearchStrategy):
         """Run TPE once (cached) and return the choice."""
         if self.choice is not None:
             return self.choice
-        import optuna  # imported here: only this strategy needs it
+        import optuna  # imported here: only this strategy needs it  # noqa: PLC0415
 
         by_k: dict[int, VocabTrial] = {}
 
@@ -127,7 +135,7 @@ class TPEVocabSearch(SearchStrategy):
         else:
             chosen = self._evaluate(self.k_max)
         self.choice = VocabChoice(chosen, trials, self.n_trials, chosen.feasible(self.min_coverage))
-        logger.info(
+        log.info(
             "tpe_vocab: k=%d C=%.4f R=%.4f (%d distinct k over %d trials)",
             chosen.k, chosen.coverage, chosen.latency_reduction, len(trials), self.n_trials,
         )

@@ -2,6 +2,7 @@
 
 import datasets
 import evaluate
+
 from specsparse.metrics.text import contains_answer
 
 _DESCRIPTION = (

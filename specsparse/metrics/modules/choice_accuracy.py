@@ -2,6 +2,7 @@
 
 import datasets
 import evaluate
+
 from specsparse.metrics.text import choice_is_correct
 
 _DESCRIPTION = (

@@ -2,6 +2,7 @@
 
 import datasets
 import evaluate
+
 from specsparse.metrics.text import exact_match, token_f1
 
 _DESCRIPTION = "SQuAD v1.1 exact match and F1 after lower-casing and removing punctuation and articles."

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.models import cache_dir
+from specsparse.decoding.session import ModelSession
 from specsparse.drafters.base import Drafter
-from specsparse.models import cache_dir
-from specsparse.session import ModelSession
-from specsparse.store import atomic_write_text, content_hash
 from specsparse.types import Measurement
+from specsparse.util import atomic_write_text, content_hash
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from specsparse.serving.prompts import PromptFileError, read_prompt_records
+
 if TYPE_CHECKING:
-    from specsparse.models import LoadedModel
+    from specsparse.decoding.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,7 @@ class HiddenStateRouter(DomainRouter):
     def _pooled(self, texts: Sequence[str]) -> np.ndarray:
         import torch  # noqa: PLC0415 - only this router needs torch
 
-        from specsparse.generation import encode_messages  # noqa: PLC0415
+        from specsparse.decoding.generation import encode_messages  # noqa: PLC0415
 
         model = self.target.model
         base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
@@ -276,23 +278,12 @@ def builtin_prompts(
 
 
 def prompts_from_jsonl(path: str | os.PathLike) -> dict[str, list[str]]:
-    """{domain: [text, ...]} from a JSONL file of {"domain": ..., "prompt": ...} or {"domain", "turns"}."""
+    """{domain: [text, ...]} from a prompt file whose every record has a "domain"."""
     prompts: dict[str, list[str]] = {}
-    path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise RouterError(f"{path}: no such file") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            text = record["prompt"] if "prompt" in record else "\n\n".join(record["turns"])
-            domain = record["domain"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise RouterError(f"{path}:{number}: expected JSON with 'domain' and 'prompt' or 'turns' ({err})") from None
-        if not isinstance(domain, str) or not isinstance(text, str):
-            raise RouterError(f"{path}:{number}: 'domain' and the prompt must be strings")
-        prompts.setdefault(domain, []).append(text)
+        records = read_prompt_records(path, require_domain=True)
+    except PromptFileError as err:
+        raise RouterError(str(err)) from None
+    for record in records:
+        prompts.setdefault(record.domain, []).append(record.text)
     return prompts

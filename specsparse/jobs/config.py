@@ -1,60 +1,41 @@
-"""From a composed configuration (a plain dict) to validated specs, and one job run from them.
+"""From a composed configuration (a plain dict) to a validated `JobPlan`: the one place job settings
+are checked.
 
 `run.py` composes the configuration with Hydra and hands it over as plain data
 (`OmegaConf.to_container(cfg, resolve=True)`); this module never imports Hydra.
 
     plan = build_plan(config, output_dir="/abs/outputs/runs/...", cwd="/abs/launch/dir")
-    job = run_plan(plan)          # search, test evaluation, outputs, reproduce.json, logging
-    table = results_table(job, plan)   # what run.py prints at the end
 
 `build_plan` validates everything it can without loading a model (unknown options, skip sets and
 protected layers against the model's layer count, domains and data files, impossible resources) and
 raises `ConfigError` with a one-line message. Group options name their code with `_target_`
-(public dotpaths, resolved by `specsparse.evaluation.locate`); there is no second registry.
+(public dotpaths, resolved by `specsparse.util.locate`); there is no second registry.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
-import logging
 import os
-import platform
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from importlib import metadata
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsparse import __version__
 from specsparse.data import DOMAINS, SOURCES
+from specsparse.decoding.models import DTYPES
+from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
 from specsparse.drafters.lm import LMDrafter
-from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, MeasureSpec, locate
-from specsparse.measure import MODES
-from specsparse.models import DTYPES
-from specsparse.pipeline import JobResult, SearchSpec, run_job
+from specsparse.jobs.reproduce import data_fingerprint
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
+from specsparse.measuring.measure import MODES
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
 from specsparse.search.tpe_vocab import TPEVocabSearch
-from specsparse.skipping import validate_skip_layers
-from specsparse.store import ResultsStore, atomic_write_text
-from specsparse.types import Candidate, GenerationConfig
-
-log = logging.getLogger(__name__)
+from specsparse.types import Component, GenerationConfig
+from specsparse.util import first_line, locate
 
 GROUPS = ("model", "drafter", "domain", "search", "runner", "logger")
-# Keys of a search config that belong to the driver, not to the strategy's constructor.
-DRIVER_KEYS = ("max_measurements",)
-PACKAGES = (
-    "specsparse", "torch", "transformers", "tokenizers", "numpy", "hydra-core", "omegaconf", "ray", "wandb",
-    "optuna", "datasets", "evaluate", "sacrebleu", "gguf", "pandas",
-)
 
 
 class ConfigError(ValueError):
@@ -62,25 +43,6 @@ class ConfigError(ValueError):
 
 
 # -- plain specs -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Component:
-    """A class by public dotpath (the config's `_target_`) and its constructor options."""
-
-    target: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.target.rsplit(".", 1)[-1]
-
-    def build(self, **context: Any) -> Any:
-        """An instance; `context` values (e.g. the job's output_dir) go to constructors that take them."""
-        cls = locate(self.target)
-        params = inspect.signature(cls.__init__).parameters
-        extra = {k: v for k, v in context.items() if k in params and k not in self.options}
-        return cls(**self.options, **extra)
-
-
 @dataclass(frozen=True)
 class ModelInfo:
     """What the config says about the target before it is loaded."""
@@ -98,12 +60,13 @@ class JobPlan:
     """Everything one job needs, validated, as plain data."""
 
     evaluation: EvaluationSpec
-    search: SearchSpec
+    search: Component
     runner: Component
     logger: Component | None
     model: ModelInfo
     store_path: Path
     output_dir: Path
+    max_measurements: int | None = None  # the search driver's budget of new measurements
     evaluate_test: bool = True
     progress: bool = True
     experiment: str | None = None
@@ -115,7 +78,7 @@ class JobPlan:
 
     @property
     def search_name(self) -> str:
-        return self.choices.get("search") or getattr(locate(self.search.target), "name", self.search.name)
+        return self.choices.get("search") or self.search.name
 
     @property
     def drafter_name(self) -> str:
@@ -147,9 +110,9 @@ def build_plan(
     measure = _measure(config.get("measure") or {})
     drafter = _drafter(config["drafter"], model, cwd_path)
     domain, data = _domain(config["domain"], cwd_path, bool(config.get("evaluate_test", True)))
-    search = _search(config["search"], model, drafter)
-    runner = _runner(config["runner"])
-    logger = _logger(config["logger"])
+    search, max_measurements = _search(config["search"], model, drafter)
+    runner = _component(config["runner"], "runner", required="evaluate_batch")
+    logger = _component(config["logger"], "logger") if config["logger"] else None  # logger=none
     evaluation = EvaluationSpec(
         model=model.source, dtype=model.dtype, device=model.device, drafter=drafter, domain=domain,
         split="calibration", generation=generation, measure=measure,
@@ -164,6 +127,7 @@ def build_plan(
         model=model,
         store_path=store,
         output_dir=_absolute(output_dir, cwd_path),
+        max_measurements=max_measurements,
         evaluate_test=bool(config.get("evaluate_test", True)),
         progress=bool(config.get("progress", True)),
         experiment=config.get("experiment_name"),
@@ -173,7 +137,6 @@ def build_plan(
         overrides=tuple(overrides),
         data=data,
     )
-
 
 def _absolute(path: str | os.PathLike, cwd: Path) -> Path:
     # abspath, not resolve: keep the user's spelling of symlinked folders in records
@@ -304,7 +267,7 @@ def _check_layers(value: Any, key: str, model: ModelInfo, skip_set: bool = True)
             raise ConfigError(f"{key}={list(value)}: {err}") from None
 
 
-def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> DrafterSpec:
+def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
     target, options = _split_target(cfg, "drafter")
     cls = _locate(target, "drafter", Drafter)
     # from_target(target, vocab_ids, **options) either names its options or forwards them to __init__.
@@ -323,7 +286,7 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> DrafterSpec
         if not path.exists():
             raise ConfigError(f"drafter.source: {path} does not exist")
         options = {**options, "source": str(path)}
-    return DrafterSpec(target=target, options=options)
+    return Component(target, options)
 
 
 def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainSpec, dict[str, Any]]:
@@ -359,7 +322,7 @@ def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainS
     try:
         calibration, test = spec.load("calibration"), spec.load("test")
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"domain {name} ({source}): {_one_line(err)}") from None
+        raise ConfigError(f"domain {name} ({source}): {first_line(err)}") from None
     if not calibration or (need_test and not test):
         raise ConfigError(
             f"domain {name} ({source}) gives {len(calibration)} calibration and {len(test)} test examples: "
@@ -368,272 +331,50 @@ def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainS
     return spec, data_fingerprint(calibration, test)
 
 
-def data_fingerprint(calibration: Sequence[Any], test: Sequence[Any]) -> dict[str, Any]:
-    """Hashes of the example ids (and contents) of both splits: what identifies the data of a job."""
-    def ids_hash(examples: Sequence[Any]) -> str:
-        return hashlib.sha256("\n".join(ex.id for ex in examples).encode()).hexdigest()
-
-    content = hashlib.sha256()
-    for ex in [*calibration, *test]:
-        content.update(json.dumps([ex.id, list(ex.turns), list(ex.references)], ensure_ascii=False).encode())
-    return {
-        "calibration_ids_sha256": ids_hash(calibration),
-        "test_ids_sha256": ids_hash(test),
-        "content_sha256": content.hexdigest(),
-        "n_calibration": len(calibration),
-        "n_test": len(test),
-    }
-
-
-def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: DrafterSpec) -> SearchSpec:
+def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tuple[Component, int | None]:
+    """The search strategy and the driver's budget (`max_measurements`). Option names are checked
+    against the constructor; a layer-skip search whose model depth is known is also constructed, which
+    checks its values (depths, tolerances, layer ranges). A vocabulary search needs the calibration
+    data to exist, so its values are checked when the job builds it."""
     target, options = _split_target(cfg, "search")
     cls = _locate(target, "search", SearchStrategy)
     budget = options.pop("max_measurements", None)
     if budget is not None and (not isinstance(budget, int) or budget < 1):
         raise ConfigError(f"search.max_measurements must be a positive integer or null, got {budget!r}")
-    if issubclass(cls, TPEVocabSearch):
-        drafter_cls = locate(drafter.target)
-        if not issubclass(drafter_cls, LMDrafter):
-            raise ConfigError(
-                f"search {cls.name} trims the drafter's LM head, and drafter {drafter_cls.name} has none: "
-                "use drafter=self_skip or drafter=draft_model"
-            )
-        if "skip_layers" in options:
-            _check_layers(options["skip_layers"], "search.skip_layers", model)
-        provided = {"vocab_size": model.vocab_size or 2**31 - 1, "coverage": lambda k: 1.0,
-                    "latency_reduction": lambda k: 0.0}
-    elif issubclass(cls, LayerSkipSearch):
-        if "protect_layers" in options:
-            _check_layers(options["protect_layers"], "search.protect_layers", model, skip_set=False)
-        provided = {"num_layers": model.num_layers or 1024}
-    else:
-        provided = {}
-    unknown = _unknown_options(cls.__init__, options, skip=tuple(provided))
+    if issubclass(cls, TPEVocabSearch) and not issubclass(drafter.cls, LMDrafter):
+        raise ConfigError(
+            f"search {cls.name} trims the drafter's LM head, and drafter {drafter.name} has none: "
+            "use drafter=self_skip or drafter=draft_model"
+        )
+    for key in ("skip_layers", "protect_layers"):
+        if key in options:
+            _check_layers(options[key], f"search.{key}", model, skip_set=key == "skip_layers")
+    context = cls.context_arguments
+    unknown = _unknown_options(cls.__init__, options, skip=context)
     if unknown:
-        raise ConfigError(f"search {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, tuple(provided))})")
-    if provided:  # constructing the strategy checks the values (depths, tolerances, layer ranges)
+        raise ConfigError(f"search {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, context)})")
+    if issubclass(cls, LayerSkipSearch) and model.num_layers is not None:
         try:
-            cls(**provided, **options)
+            cls(num_layers=model.num_layers, **options)
         except (TypeError, ValueError) as err:
-            raise ConfigError(f"search {cls.__name__}: {_one_line(err)}") from None
-    return SearchSpec(target=target, options=options, budget=budget)
+            raise ConfigError(f"search {cls.__name__}: {first_line(err)}") from None
+    return Component(target, options), budget
 
 
-def _runner(cfg: Mapping[str, Any]) -> Component:
-    target, options = _split_target(cfg, "runner")
-    cls = _locate(target, "runner")
-    if not hasattr(cls, "evaluate_batch"):
-        raise ConfigError(f"runner._target_={target!r} has no evaluate_batch: it is not a runner")
+def _component(cfg: Mapping[str, Any], group: str, required: str | None = None) -> Component:
+    """A runner or logger: its class, option names, and the class's own `check_options` when it has
+    one (e.g. RayRunner: GPUs that do not exist, before anything starts)."""
+    target, options = _split_target(cfg, group)
+    cls = _locate(target, group)
+    if required is not None and not hasattr(cls, required):
+        raise ConfigError(f"{group}._target_={target!r} has no {required}: it is not a {group}")
     unknown = _unknown_options(cls.__init__, options)
     if unknown:
-        raise ConfigError(f"runner {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, ())})")
-    check = getattr(cls, "check_options", None)
-    if check is not None:  # e.g. RayRunner: GPUs that do not exist, before anything starts
-        try:
-            check(**options)
-        except ValueError as err:
-            raise ConfigError(f"runner: {_one_line(err)}") from None
-    return Component(target, options)
-
-
-def _logger(cfg: Mapping[str, Any] | None) -> Component | None:
-    if not cfg:  # logger=none
-        return None
-    target, options = _split_target(cfg, "logger")
-    cls = _locate(target, "logger")
-    unknown = _unknown_options(cls.__init__, options)
-    if unknown:
-        raise ConfigError(f"logger {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, ())})")
+        raise ConfigError(f"{group} {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, ())})")
     check = getattr(cls, "check_options", None)
     if check is not None:
         try:
             check(**options)
         except ValueError as err:
-            raise ConfigError(f"logger: {_one_line(err)}") from None
+            raise ConfigError(f"{group}: {first_line(err)}") from None
     return Component(target, options)
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip()
-    if isinstance(err, KeyError) and err.args:
-        text = str(err.args[0])
-    return (text.splitlines()[0] if text else type(err).__name__)
-
-
-# -- measuring with the store written as results arrive -------------------------------------------
-# -- running one job -------------------------------------------------------------------------------
-def run_plan(plan: JobPlan) -> JobResult:
-    """Run the job: search, held-out test evaluation, outputs, reproduce.json, logging.
-
-    Writes into plan.output_dir: reproduce.json (at the start, completed at the end), config_map.{yaml,json},
-    measurements.csv, summary.json (see `specsparse.pipeline.run_job`), and the logger's files.
-    """
-    out = plan.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    record = reproduce_record(plan)
-    _write_json(out / "reproduce.json", {**record, "status": "running"})
-    store = ResultsStore(plan.store_path)
-    runner = logger = None
-    status = "failed"
-    try:
-        try:
-            runner = plan.runner.build(output_dir=out)
-        except ValueError as err:  # e.g. GPUs the cluster does not have: before any model loads
-            raise ConfigError(f"runner {plan.runner.name}: {_one_line(err)}") from None
-        if plan.logger is not None:
-            logger = plan.logger.build()
-            logger.start(
-                name=out.name,
-                output_dir=out,
-                config=plan.config,
-                tags=[f"model:{plan.model.name}", f"drafter:{plan.drafter_name}",
-                      f"domain:{plan.evaluation.domain.name}", f"search:{plan.search_name}"],
-                group=plan.experiment,
-            )
-        job = run_job(
-            plan.evaluation, plan.search, runner, store, out, evaluate_test=plan.evaluate_test,
-            on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
-        )
-        identity = job.description
-        record.update(
-            model_identity=identity["model_identity"], code_version=identity["code_version"],
-            num_layers=job.num_layers,
-        )
-        if plan.model.num_layers not in (None, job.num_layers):
-            log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",
-                        plan.model.num_layers, plan.model.source, job.num_layers, plan.model.name)
-        if logger is not None:
-            logger.finish(job, model=plan.model.name, num_layers=job.num_layers)
-        status = "finished"
-        return job
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        if logger is not None:
-            logger.close(ok=status == "finished")
-        if runner is not None and hasattr(runner, "close"):
-            runner.close()
-        store.close()
-        record.update(status=status, finished=_now(), wall_time_s=round(time.time() - start, 3))
-        _write_json(out / "reproduce.json", record)
-
-
-def reproduce_record(plan: JobPlan) -> dict[str, Any]:
-    """What reproduces the job: command, composed config, seeds, versions, git commit, data and model."""
-    overrides = list(plan.overrides)
-    return {
-        "command": " ".join(["python", "run.py", *overrides]),
-        "argv": list(sys.argv),
-        "overrides": overrides,
-        "experiment": plan.experiment,
-        "choices": plan.choices,
-        "model": asdict(plan.model),
-        "drafter": plan.drafter_name,
-        "domain": plan.evaluation.domain.name,
-        "search": plan.search_name,
-        "seeds": {
-            "seed": plan.seed,
-            "generation": plan.evaluation.generation.seed,
-            "split": plan.evaluation.domain.split_seed,
-            "search": plan.search.options.get("seed"),
-        },
-        "data": plan.data,
-        "evaluation_spec": asdict(plan.evaluation),
-        "search_spec": asdict(plan.search),
-        "store": str(plan.store_path),
-        "output_dir": str(plan.output_dir),
-        "versions": package_versions(),
-        "git": git_state(Path(__file__).resolve().parents[1]),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "started": _now(),
-        "config": plan.config,
-    }
-
-
-def package_versions(packages: Sequence[str] = PACKAGES) -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for name in packages:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    versions["specsparse"] = versions.get("specsparse") or __version__
-    return versions
-
-
-def git_state(directory: Path) -> dict[str, Any] | None:
-    """{"commit", "dirty"} of the checkout holding `directory`, or None outside a git checkout."""
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str))
-
-
-# -- the table printed at the end ------------------------------------------------------------------
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def results_table(job: JobResult, plan: JobPlan | None = None) -> str:
-    """A small text table of the job: dense vs selected on calibration and test."""
-    s = job.summary()
-    skip = s["selected_skip_layers"]
-    label = Candidate(tuple(skip), s["selected_vocab_size"]).label
-    lines = [
-        f"domain {s['domain']}, search {s['strategy']}: selected {label}"
-        + (f" ({len(skip)} layers skipped)" if skip else ""),
-        f"{'split':<12}{'config':<10}{'accept':>8}{'metric':>9}{'modeled tok/s':>15}{'ms/tok':>8}",
-    ]
-    for split in ("calibration", "test"):
-        for which in ("dense", "selected"):
-            m = s[split][which]
-            if m is None:
-                continue
-            cost = None if m.get("cost") is None else 1000 * m["cost"]
-            lines.append(
-                f"{split:<12}{which:<10}{_fmt(m['accept_length']):>8}{_fmt(m['metric']):>9}"
-                f"{_fmt(m['tokens_per_s'], 1):>15}{_fmt(cost, 2):>8}"
-            )
-    c = s["search_cost"]
-    timing, modeled = s.get("timing_test"), s.get("speedup_test_modeled")
-    if timing is not None:
-        low, high = timing["interval"]
-        lines.append(
-            f"speedup on test, measured side by side ({timing['prompts']} prompts, engine): {timing['speedup']:.2f}x "
-            f"[95% CI {low:.2f}-{high:.2f}] ({timing['tokens_per_s'][0]:.1f} -> {timing['tokens_per_s'][1]:.1f} tok/s); "
-            f"modeled {_fmt(modeled, 2)}x"
-        )
-    elif modeled is not None:
-        lines.append(f"speedup on test: modeled {modeled:.2f}x (not timed: the selection is the dense model)")
-    lines.append(
-        f"{c['configurations_measured']} configurations measured, "
-        f"{c['cache_hits']} from the store, search {c['wall_time_s']:.1f} s"
-    )
-    for note in s["notes"]:
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
-

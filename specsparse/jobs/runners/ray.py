@@ -9,15 +9,12 @@ batch of random or TPE proposals). Each batch becomes one `tune.Tuner` run over
 `param_space={"candidate": tune.grid_search([...]), ...}` (a plain-dict config).
 
 Why a pool of long-lived actors under the trials: Tune stops its trial actors at the end of every
-`Tuner.fit()`; `reuse_actors=True` reuses them only within one fit. Measured with ray 2.60 on 2 CPUs:
-every fit ran its trials in new processes (new PIDs), so a model held by a trial process would be
-reloaded for every batch: the imports (torch, transformers: 2-3 s here) plus the load (0.5 s for
-SmolLM2 from its converted cache, far more for a multi-GB checkpoint) per worker and per batch. The models
-therefore live in `num_workers` Ray actors created once per runner, which reserve the CPUs/GPUs
-(`cpus_per_trial`, `gpus_per_trial` each); a trial takes a free actor from a queue, has it measure
-its candidate and reports the measurement. Each actor keeps one `Evaluator` per spec, and the model
-through `specsparse.models.load_model_cached`, for as long as the runner lives; a batch then costs the
-measurements plus Tune's own overhead (2-5 s per `Tuner.fit` here).
+`Tuner.fit()` (`reuse_actors=True` reuses them only within one fit), so a model held by a trial
+process would be imported and loaded again for every batch (BENCHMARKS.md has the measured costs).
+The models therefore live in `num_workers` Ray actors created once per runner, which reserve the
+CPUs/GPUs (`cpus_per_trial`, `gpus_per_trial` each); a trial takes a free actor from a queue, has it
+measure its candidate and reports the measurement. Each actor keeps one `Evaluator` per spec, and the
+model through `specsparse.decoding.models.load_model_cached`, for as long as the runner lives.
 
 Resources are checked before anything is scheduled: a trial asking for GPUs the cluster does not
 have would stay PENDING forever, so that raises `RayResourceError` instead.
@@ -38,12 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 # Light imports only: Tune's trial processes import this module to run `_trial`, and they never need
 # torch or transformers (the worker actors do, once).
-from specsparse.store import measurement_from_dict, measurement_to_dict
-from specsparse.search.driver import OnResult
-from specsparse.types import Candidate, GenerationConfig, Measurement
+from specsparse.jobs.runners import OnResult
+from specsparse.jobs.store import measurement_from_dict, measurement_to_dict
+from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 
 if TYPE_CHECKING:
-    from specsparse.evaluation import EvaluationSpec
+    from specsparse.measuring.evaluation import EvaluationSpec
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +57,7 @@ def spec_to_dict(spec: EvaluationSpec) -> dict[str, Any]:
 
 
 def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
-    from specsparse.evaluation import DomainSpec, DrafterSpec, EvaluationSpec, MeasureSpec  # noqa: PLC0415
+    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec  # noqa: PLC0415
 
     domain = dict(data["domain"])
     domain["exclude_ids"] = tuple(domain.get("exclude_ids") or ())
@@ -68,7 +65,7 @@ def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
         model=data["model"],
         dtype=data["dtype"],
         device=data["device"],
-        drafter=DrafterSpec(**data["drafter"]),
+        drafter=Component(**data["drafter"]),
         domain=DomainSpec(**domain),
         split=data["split"],
         generation=GenerationConfig(**data["generation"]),
@@ -97,10 +94,10 @@ class EvaluationWorker:
         return os.getpid()
 
     def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None) -> dict[str, Any]:
-        from specsparse.evaluation import evaluator_for  # noqa: PLC0415
+        from specsparse.jobs.runners.local import measure_candidates  # noqa: PLC0415
 
         threshold = None if thresholds is None else tuple(thresholds)
-        measurement = evaluator_for(spec_from_dict(spec)).evaluate(candidate_from_dict(candidate), threshold, progress=False)
+        [measurement] = measure_candidates(spec_from_dict(spec), [candidate_from_dict(candidate)], threshold, progress=False)
         return {"measurement": measurement_to_dict(measurement), "pid": os.getpid()}
 
 

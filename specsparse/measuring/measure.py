@@ -7,9 +7,9 @@ the analytic FLOPs fraction of the active target layers and per-prompt detail.
 
 Modes (`mode`), all equal to running the engine prompt by prompt:
 - "replay" (greedy default): one batched greedy generation per (skip set, prompts), shared through
-  `continuations` by every drafter and k, then each drafter replayed over it (`specsparse.replay`).
+  `continuations` by every drafter and k, then each drafter replayed over it (`specsparse.measuring.replay`).
   Drafters that are not replayable (Token Recycling reads the target's logits at rejected drafts)
-  run lockstep batched verification (`specsparse.batched`) instead.
+  run lockstep batched verification (`specsparse.decoding.batched`) instead.
 - "engine": the speculative engine, one prompt at a time (and sampling, temperature > 0, always).
 
 Every example starts from a fresh drafter (`make_drafter()`), kept across its turns: a prompt's
@@ -26,15 +26,14 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from specsparse.batched import generate_batch
 from specsparse.data import Domain, Example, build_messages
+from specsparse.decoding.batched import generate_batch
+from specsparse.decoding.generation import encode_messages, generate_text
+from specsparse.decoding.models import LoadedModel
+from specsparse.decoding.skipping import decoder_layers
 from specsparse.drafters.base import Drafter
-from specsparse.engine import speculative_generate
-from specsparse.generation import encode_messages
+from specsparse.measuring.replay import replay
 from specsparse.metrics import score
-from specsparse.models import LoadedModel
-from specsparse.replay import replay
-from specsparse.skipping import decoder_layers, validate_skip_layers
 from specsparse.types import GenerationConfig, GenerationResult, Measurement, PromptResult
 
 log = logging.getLogger(__name__)
@@ -123,7 +122,7 @@ def measure_many(
         raise ValueError(f"no examples to measure for domain {domain.name!r}: check the domain source and split")
     if mode not in MODES:
         raise ValueError(f"unknown measure mode {mode!r}: use one of {MODES}")
-    skips = [validate_skip_layers(list(skip), target.num_layers) for skip, _ in configurations]
+    skips = [tuple(sorted(skip)) for skip, _ in configurations]
     makers = [make for _, make in configurations]
     start = time.perf_counter()
     label = description or (f"{domain.name} {'skip' + str(list(skips[0])) if skips[0] else 'dense'}"
@@ -149,9 +148,8 @@ def _decode_engine(target, domain, examples, make_drafter, skip, config, early_r
         replies: list[str] = []
         results: list[GenerationResult] = []
         for turn in range(len(example.turns)):
-            prompt_ids = encode_messages(target.tokenizer, build_messages(domain, example, turn, replies))
-            result = speculative_generate(target.model, prompt_ids, drafter, config, skip, target.eos_token_ids)
-            replies.append(target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True))
+            reply, result = generate_text(target, build_messages(domain, example, turn, replies), drafter, config, skip)
+            replies.append(reply)
             results.append(result)
             bar.update()
         outcomes.append((replies, results))

@@ -1,12 +1,13 @@
-"""Text in, text out: chat template + speculative engine + decoding."""
+"""Text in, text out: chat template + speculative engine + decoding. Measurement, side-by-side
+timing, the runtime controller and the library API all generate through `generate_text`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.models import LoadedModel
 from specsparse.drafters.base import Drafter
-from specsparse.engine import speculative_generate
-from specsparse.models import LoadedModel
 from specsparse.types import GenerationConfig, GenerationResult
 
 
@@ -30,10 +31,13 @@ def generate_text(
     drafter: Drafter | None = None,
     config: GenerationConfig = GenerationConfig(),
     skip_layers: Sequence[int] = (),
+    on_step: Callable[[Sequence[int]], None] | None = None,
 ) -> tuple[str, GenerationResult]:
-    """Generate the assistant's reply; returns (text without special tokens, statistics)."""
+    """Generate the assistant's reply; returns (text without special tokens, statistics).
+    on_step: called with the tokens each verification step commits (streaming)."""
     prompt_ids = encode_messages(target.tokenizer, messages)
     result = speculative_generate(
-        target.model, prompt_ids, drafter, config, skip_layers=skip_layers, eos_token_ids=target.eos_token_ids
+        target.model, prompt_ids, drafter, config, skip_layers=skip_layers, eos_token_ids=target.eos_token_ids,
+        on_step=on_step,
     )
     return target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True), result

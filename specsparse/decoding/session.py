@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.skipping import SkipAwareCache, skipper_for, validate_skip_layers
+from specsparse.decoding.skipping import SkipAwareCache, skipper_for, validate_skip_layers
 
 
 class ModelSession:

@@ -34,18 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map
-from specsparse.drafters import (
-    DraftModelDrafter,
-    Drafter,
-    PromptLookupDrafter,
-    SelfSkipDrafter,
-    SuffixAutomatonDrafter,
-    TokenRecyclingDrafter,
-)
-from specsparse.engine import speculative_generate
-from specsparse.generation import encode_messages
-from specsparse.models import LoadedModel, load_model
-from specsparse.router import (
+from specsparse.decoding.generation import encode_messages, generate_text
+from specsparse.decoding.models import LoadedModel, load_model
+from specsparse.decoding.skipping import SkipSetError, validate_skip_layers
+from specsparse.drafters import DRAFTERS, Drafter
+from specsparse.serving.router import (
     DomainRouter,
     RouterError,
     builtin_prompts,
@@ -54,7 +47,6 @@ from specsparse.router import (
     prompts_from_jsonl,
     routing_text,
 )
-from specsparse.skipping import SkipSetError, validate_skip_layers
 from specsparse.types import GenerationConfig, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -62,10 +54,6 @@ log = logging.getLogger(__name__)
 Prompt = str | Sequence[Mapping[str, Any]]
 DrafterFactory = Callable[[LoadedModel, list[int] | None], Drafter | None]
 
-DRAFTERS: dict[str, type[Drafter]] = {
-    cls.name: cls
-    for cls in (PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter, SelfSkipDrafter, DraftModelDrafter)
-}
 DEFAULT_MIN_CONFIDENCE = 0.6  # TF-IDF router on the built-in test split: 79% routed, 92% of those right
 
 
@@ -183,8 +171,7 @@ class Controller:
     ) -> Controller:
         """Load the target and the config map, and build the router.
 
-        router_examples: "builtin" (fit on the calibration split of the built-in domains: a few ms
-            for TF-IDF), a saved router (.json, see `DomainRouter.save`), a JSONL file of
+        router_examples: "builtin" (fit on the calibration split of the built-in domains), a saved router (.json, see `DomainRouter.save`), a JSONL file of
             {"domain", "prompt" | "turns"} prompts to fit on, or None (tags only; untagged -> dense).
         vocab_ids: JSON file {domain: [token id, ...]} with the trimmed draft vocabularies.
         """
@@ -257,10 +244,8 @@ class Controller:
             skip = self.config_map.domains[route.domain].skip_layers if route.domain else ()
             ids = self.vocab_ids.get(route.domain) if route.domain else None
             stream = TextStream(self.target.tokenizer, on_text) if on_text is not None else None
-            result = speculative_generate(self.target.model, prompt_ids, self._drafters[ids], config,
-                                          skip_layers=skip, eos_token_ids=self.target.eos_token_ids,
-                                          on_step=stream.step if stream else None)
-        text = self.target.tokenizer.decode(result.new_token_ids, skip_special_tokens=True)
+            text, result = generate_text(self.target, prompt, self._drafters[ids], config, skip,
+                                         on_step=stream.step if stream else None)
         if stream is not None:
             stream.finish(text)
         ended = bool(result.new_token_ids) and result.new_token_ids[-1] in self.target.eos_token_ids
@@ -380,7 +365,6 @@ def _build_router(examples: str | os.PathLike | None, kind: str, target: LoadedM
 
 
 __all__ = [
-    "DRAFTERS",
     "ConfigMapError",
     "Controller",
     "ControllerError",

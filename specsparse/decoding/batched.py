@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.engine import Request
+from specsparse.decoding.session import BatchedSession
 from specsparse.drafters.base import Drafter
-from specsparse.engine import Request
-from specsparse.session import BatchedSession
 from specsparse.types import GenerationConfig, GenerationResult
 
 
+# One function on purpose: the lockstep loop (admit, draft, verify, commit, retire) reads best whole.
 def generate_batch(
     target: PreTrainedModel,
     prompts: Sequence[Sequence[int]],

@@ -64,8 +64,7 @@ class LayerSkipper:
         self.all_layer_types = getattr(self.base.config, "layer_types", None)
 
     def kept_layers(self, skip_layers: tuple[int, ...]) -> nn.ModuleList:
-        if skip_layers not in self._subsets:
-            validate_skip_layers(skip_layers, self.num_layers)
+        if skip_layers not in self._subsets:  # a valid skip set (sessions check theirs)
             skipped = set(skip_layers)
             self._subsets[skip_layers] = nn.ModuleList(
                 layer for index, layer in enumerate(self.all_layers) if index not in skipped

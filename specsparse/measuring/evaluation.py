@@ -2,14 +2,13 @@
 
 `EvaluationSpec` holds all of it as plain data (picklable, hashable into a store key); `Evaluator`
 turns it into objects once (model loaded once per process and kept, so Ray workers do not reload)
-and measures candidates. The local and the Ray runner both call `Evaluator.evaluate`.
+and measures candidates. Both runners measure through `specsparse.jobs.runners.measure_candidates`.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -21,13 +20,14 @@ import torch
 
 from specsparse import __version__
 from specsparse.data import Example, get_domain, load_examples, split_examples
+from specsparse.decoding.models import LoadedModel, load_model_cached
+from specsparse.decoding.skipping import decoder_layers
 from specsparse.drafters.base import Drafter
-from specsparse.measure import Continuations, EarlyReject, measure_many
-from specsparse.models import LoadedModel, load_model_cached
-from specsparse.profile import CostProfile, DraftCost, draft_cost, price, profile_for
+from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
+from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, price, profile_for
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
-from specsparse.store import content_hash
-from specsparse.types import Candidate, GenerationConfig, Measurement
+from specsparse.types import Candidate, Component, GenerationConfig, Measurement
+from specsparse.util import content_hash
 
 log = logging.getLogger(__name__)
 
@@ -58,23 +58,8 @@ class DomainSpec:
 
 
 @dataclass(frozen=True)
-class DrafterSpec:
-    """A drafter class by public dotpath (what Hydra's `_target_` names) and its options."""
-
-    target: str = "specsparse.drafters.samd.SuffixAutomatonDrafter"
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return getattr(locate(self.target), "name", self.target.rsplit(".", 1)[-1])
-
-    def build(self, target: LoadedModel, vocab_ids: list[int] | None = None) -> Drafter:
-        return locate(self.target).from_target(target, vocab_ids=vocab_ids, **self.options)
-
-
-@dataclass(frozen=True)
 class MeasureSpec:
-    """How a configuration is measured (see `specsparse.measure`). The batch size does not change
+    """How a configuration is measured (see `specsparse.measuring.measure`). The batch size does not change
     results, so it is left out of store keys."""
 
     mode: str = "replay"
@@ -86,7 +71,7 @@ class EvaluationSpec:
     model: str = "smollm2-135m"
     dtype: str = "float32"
     device: str = "cpu"
-    drafter: DrafterSpec = DrafterSpec()
+    drafter: Component = Component("specsparse.drafters.samd.SuffixAutomatonDrafter")
     domain: DomainSpec = DomainSpec("translation")
     split: str = "calibration"
     generation: GenerationConfig = GenerationConfig()
@@ -96,22 +81,13 @@ class EvaluationSpec:
         return replace(self, split=split)
 
 
-def locate(dotpath: str) -> Any:
-    """The object at a public dotpath such as `specsparse.drafters.pld.PromptLookupDrafter`."""
-    module_name, _, attribute = dotpath.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"cannot import {dotpath!r} ({err}): check the `_target_` in the config") from None
-
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """Hash of the sources that can change a measurement (engine, drafters, data, metrics, ...)."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256(__version__.encode())
-    parts = ["engine.py", "skipping.py", "batched.py", "replay.py", "measure.py", "generation.py", "models.py",
-             "drafters", "data", "metrics"]
+    parts = ["decoding", "drafters", "data", "metrics", "measuring/measure.py", "measuring/replay.py"]
     for part in parts:
         path = root / part
         for file in sorted(path.rglob("*") if path.is_dir() else [path]):
@@ -165,21 +141,23 @@ class Evaluator:
         early = None if thresholds is None or self.spec.measure.mode != "engine" else EarlyReject(*thresholds)
         measurements = measure_many(
             self.target, self.domain, self.examples,
-            [(c.skip_layers, self._drafter_factory(c.vocab_size)) for c in candidates],
+            [(c.skip_layers, self.drafter_factory(c.vocab_size)) for c in candidates],
             self.spec.generation, mode=self.spec.measure.mode, batch_size=self.batch_size,
             continuations=self.continuations, early_reject=early, progress=progress,
             description=f"{self.domain.name} {candidates[0].label}" if len(candidates) == 1 else "",
         )
         return [self.price(c, m) for c, m in zip(candidates, measurements)]
 
-    def _drafter_factory(self, vocab_size: int | None) -> Callable[[], Drafter]:
+    def drafter_factory(self, vocab_size: int | None) -> Callable[[], Drafter]:
+        """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
-        return lambda: self.spec.drafter.build(self.target, vocab_ids)
+        drafter = self.spec.drafter
+        return lambda: drafter.cls.from_target(self.target, vocab_ids=vocab_ids, **drafter.options)
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
         """`measurement` with its modeled cost from this machine's cost profile (never from a stored timing)."""
         if candidate.vocab_size not in self._draft_costs:
-            drafter = self._drafter_factory(candidate.vocab_size)()
+            drafter = self.drafter_factory(candidate.vocab_size)()
             self._draft_costs[candidate.vocab_size] = draft_cost(drafter, self.profile)
         kept = self.target.num_layers - len(candidate.skip_layers)
         return price(measurement, self.profile, kept, self._draft_costs[candidate.vocab_size])
@@ -214,13 +192,11 @@ class Evaluator:
 
     def vocab_objective(self) -> tuple[Any, Any]:
         """(coverage C(k), latency reduction R(k)) for TPE vocabulary search, from the drafter's FLOPs."""
-        drafter = self.spec.drafter.build(self.target, None)
+        drafter = self.drafter_factory(None)()
         model = getattr(drafter, "model", None)
         if model is None:
             raise ValueError(f"drafter {drafter.name!r} has no LM head: vocabulary search needs self_skip or draft_model")
         skipped = set(getattr(drafter, "skip_layers", ()))
-        from specsparse.skipping import decoder_layers  # noqa: PLC0415
-
         layer_params = sum(
             p.numel() for i, layer in enumerate(decoder_layers(model)) if i not in skipped for p in layer.parameters()
         )

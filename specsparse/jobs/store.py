@@ -16,12 +16,10 @@ thresholds into the key description, so they are only served back under the same
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -29,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.types import Measurement, PromptResult
+from specsparse.util import atomic_write_text, canonical_json
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
@@ -46,26 +45,6 @@ CREATE TABLE IF NOT EXISTS measurements (
 SCALAR_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Measurement) if f.name not in ("per_prompt", "chunk_counts")
 )
-
-
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    raise TypeError(f"content_hash: cannot encode {type(obj).__name__} as JSON")
-
-
-def canonical_json(obj: Any) -> str:
-    """Canonical JSON text: sorted keys, no whitespace, tuples as lists, dataclasses as dicts.
-    NaN / infinity are rejected because they have no canonical JSON form."""
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_jsonable
-    )
-
-
-def content_hash(obj: Any) -> str:
-    """sha256 hex digest of `canonical_json(obj)`; equal structures give equal hashes
-    (dict key order and tuple-vs-list do not matter)."""
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
 
 
 def measurement_to_dict(m: Measurement) -> dict[str, Any]:
@@ -110,23 +89,6 @@ def _freeze(v: Any) -> Any:
         return json.dumps(v, sort_keys=True)
     return v
 
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` via a temporary file in the same folder and `os.replace`, so readers
-    see either the old or the new file, never a partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 class ResultsStore:
@@ -183,7 +145,7 @@ class ResultsStore:
                 raise
         written = cur.rowcount == 1
         if not written:
-            logger.debug("store: key %s already present, put ignored", key[:12])
+            log.debug("store: key %s already present, put ignored", key[:12])
         return written
 
     def __contains__(self, key: object) -> bool:
@@ -227,7 +189,7 @@ class ResultsStore:
     def to_dataframe(self, **filters: Any):
         """`rows(**filters)` as a pandas DataFrame (columns: key, meta fields, measurement fields,
         created)."""
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415
 
         rows = self.rows(**filters)
         if not rows:

@@ -36,7 +36,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from specsparse.controller import Controller, ControllerResult, PromptTooLongError, UnknownDomainError
+from specsparse.serving.controller import Controller, ControllerResult, PromptTooLongError, UnknownDomainError
+from specsparse.util import is_int, is_number
 
 log = logging.getLogger(__name__)
 
@@ -100,32 +101,25 @@ def parse_request(body: dict[str, Any], kind: str, settings: ServerSettings) -> 
         raise _invalid("'model' must be a string", "model")
     max_tokens = body.get("max_tokens")
     max_tokens = min(settings.default_max_tokens, settings.max_tokens_limit) if max_tokens is None else max_tokens
-    if not _is_int(max_tokens) or not 1 <= max_tokens <= settings.max_tokens_limit:
+    if not is_int(max_tokens) or not 1 <= max_tokens <= settings.max_tokens_limit:
         limit = settings.max_tokens_limit
         raise _invalid(f"'max_tokens' must be an integer in [1, {limit}], got {max_tokens!r}", "max_tokens")
     temperature = body.get("temperature", 0.0)
     temperature = 0.0 if temperature is None else temperature
-    if not _is_number(temperature) or not 0 <= temperature <= 2:
+    if not is_number(temperature) or not 0 <= temperature <= 2:
         raise _invalid(f"'temperature' must be a number in [0, 2], got {temperature!r}", "temperature")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _invalid(f"'stream' must be a boolean, got {stream!r}", "stream")
     seed = body.get("seed", 0)
     seed = 0 if seed is None else seed
-    if not _is_int(seed):
+    if not is_int(seed):
         raise _invalid(f"'seed' must be an integer, got {seed!r}", "seed")
     domain = body.get("domain")
     if domain is not None and not isinstance(domain, str):
         raise _invalid(f"'domain' must be a string, got {domain!r}", "domain")
     return ApiRequest(prompt, max_tokens, float(temperature), stream, seed, domain)
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
@@ -285,7 +279,7 @@ class RequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
         log.info("%s %s", self.address_string(), format % args)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._send_json(200, self.server.health())
@@ -298,7 +292,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         else:
             self._send_error(ApiError(404, f"no such endpoint: GET {path}", "not_found_error"))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         kinds = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
         writer: StreamWriter | None = None
@@ -371,16 +365,3 @@ def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 800
     name = model_name or str(controller.target.identity.get("name", "specsparse"))
     return SpecsparseServer((host, port), controller, ServerSettings(name, max_queue, **settings))
 
-
-def serve(
-    controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8, **settings: Any
-) -> None:
-    """Serve until interrupted (Ctrl-C)."""
-    server = make_server(controller, host, port, max_queue, **settings)
-    log.info("serving %s on %s (domains: %s)", server.settings.model_name, server.url, ", ".join(controller.domains))
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        log.info("shutting down")
-    finally:
-        server.server_close()

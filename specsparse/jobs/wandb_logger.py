@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from specsparse.types import Candidate, Measurement
+from specsparse.util import first_line
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +97,14 @@ class WandbLogger:
             self.run = self._init(mode, name, config, tags, group)
         except Exception as err:  # noqa: BLE001 - logging must never stop a job
             if mode != "online":
-                log.warning("W&B: could not start a %s run (%s): continuing without W&B", mode, _first_line(err))
+                log.warning("W&B: could not start a %s run (%s): continuing without W&B", mode, first_line(err))
                 self.run = None
                 return
-            log.warning("W&B: could not reach the server (%s): logging offline instead", _first_line(err))
+            log.warning("W&B: could not reach the server (%s): logging offline instead", first_line(err))
             try:
                 self.run = self._init("offline", name, config, tags, group)
             except Exception as err2:  # noqa: BLE001
-                log.warning("W&B: offline run failed too (%s): continuing without W&B", _first_line(err2))
+                log.warning("W&B: offline run failed too (%s): continuing without W&B", first_line(err2))
                 self.run = None
 
     def _init(self, mode: str, name: str, config, tags, group) -> Any:
@@ -131,7 +132,7 @@ class WandbLogger:
         try:
             self.run.finish(exit_code=0 if ok else 1)
         except Exception as err:  # noqa: BLE001
-            log.warning("W&B: finishing the run failed (%s)", _first_line(err))
+            log.warning("W&B: finishing the run failed (%s)", first_line(err))
         self.run = None
 
     @property
@@ -170,7 +171,8 @@ class WandbLogger:
             return
         import wandb  # noqa: PLC0415
 
-        from specsparse.report import plot_pareto, read_measurements  # noqa: PLC0415
+        from specsparse.jobs.figures import plot_pareto  # noqa: PLC0415
+        from specsparse.jobs.report import read_measurements  # noqa: PLC0415
 
         out = Path(job.output_dir)
         summary = job.summary()
@@ -206,9 +208,5 @@ class WandbLogger:
         try:
             fn(*args)
         except Exception as err:  # noqa: BLE001 - logging must never stop a job
-            log.warning("W&B: %s failed (%s)", getattr(fn, "__name__", "logging"), _first_line(err))
+            log.warning("W&B: %s failed (%s)", getattr(fn, "__name__", "logging"), first_line(err))
 
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

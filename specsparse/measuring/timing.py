@@ -15,10 +15,9 @@ import torch
 from tqdm.auto import tqdm
 
 from specsparse.data import Domain, Example, build_messages
+from specsparse.decoding.generation import generate_text
+from specsparse.decoding.models import LoadedModel
 from specsparse.drafters.base import Drafter
-from specsparse.engine import speculative_generate
-from specsparse.generation import encode_messages
-from specsparse.models import LoadedModel
 from specsparse.types import GenerationConfig
 
 
@@ -57,12 +56,11 @@ def time_side_by_side(
     with tqdm(total=len(examples) * repeats * len(order), desc="timing side by side", disable=not progress,
               leave=False) as bar, torch.inference_mode():
         for i, example in enumerate(examples):
-            prompt = encode_messages(target.tokenizer, build_messages(domain, example, 0, []))
+            messages = build_messages(domain, example, 0, [])
             for _ in range(repeats):
                 for c in order:
                     _, skip, make_drafter = configurations[c]
-                    result = speculative_generate(target.model, prompt, make_drafter(), generation, skip,
-                                                  target.eos_token_ids)
+                    _, result = generate_text(target, messages, make_drafter(), generation, skip)
                     tokens[i, c] += result.new_tokens
                     seconds[i, c] += result.wall_time_s
                     bar.update()

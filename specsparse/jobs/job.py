@@ -1,0 +1,215 @@
+"""One job: search on a domain's calibration split, evaluate dense vs the selected configuration on
+the held-out test split, and write the domain config map, the measured configurations and a summary.
+
+    plan = build_plan(config, output_dir=...)    # specsparse.jobs.config: every check happens there
+    job = run_plan(plan)                          # runner, logger, reproduce.json around run_job
+    print(results_table(job))                     # specsparse.jobs.outputs
+
+The runner measures (`specsparse.jobs.runners`); the search driver serves and stores measurements
+through the results store; everything is written from this process, so results do not depend on
+which runner measured them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsparse.jobs.config import ConfigError, JobPlan
+from specsparse.jobs.outputs import write_job_outputs
+from specsparse.jobs.reproduce import reproduce_record
+from specsparse.jobs.runners import Runner
+from specsparse.jobs.store import ResultsStore, measurement_to_dict
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
+from specsparse.measuring.timing import SideBySide, time_side_by_side
+from specsparse.search.base import SearchResult
+from specsparse.search.driver import measure_through_store, run_search
+from specsparse.types import Candidate, Component, Measurement
+from specsparse.util import atomic_write_text, first_line, utc_now
+
+log = logging.getLogger(__name__)
+
+OnMeasurement = Callable[[Candidate, Measurement, bool], None]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    domain: str
+    search_result: SearchResult
+    test_dense: Measurement | None
+    test_selected: Measurement | None
+    output_dir: Path
+    wall_time_s: float
+    num_layers: int = 0
+    description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
+    timing: SideBySide | None = None  # dense vs selected on the test split, timed side by side
+
+    def summary(self) -> dict[str, Any]:
+        """The job's headline numbers (what tables and W&B summaries are built from)."""
+        def numbers(m: Measurement | None) -> dict[str, Any] | None:
+            if m is None:
+                return None
+            return {k: v for k, v in measurement_to_dict(m).items() if k != "per_prompt"}
+
+        s = self.search_result
+        return {
+            "domain": self.domain,
+            "strategy": s.strategy,
+            "selected_skip_layers": list(s.selected.skip_layers),
+            "selected_vocab_size": s.selected.vocab_size,
+            "calibration": {"dense": numbers(s.dense), "selected": numbers(s.selected_measurement)},
+            "test": {"dense": numbers(self.test_dense), "selected": numbers(self.test_selected)},
+            # Measured: the engine, dense and selected interleaved in this process. Modeled: the cost profile.
+            "speedup_test": None if self.timing is None else self.timing.speedup,
+            "speedup_test_interval": None if self.timing is None else list(self.timing.interval),
+            "speedup_test_modeled": _ratio(self.test_selected, self.test_dense, "tokens_per_s"),
+            "timing_test": None if self.timing is None else self.timing.as_dict(),
+            "search_cost": {
+                "configurations_measured": s.n_measured,
+                "cache_hits": s.n_cache_hits,
+                "target_forwards": s.target_forwards,
+                "wall_time_s": s.wall_time_s,
+            },
+            "alternatives": [list(c.skip_layers) for c, _ in s.alternatives],
+            "notes": list(s.notes),
+            "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
+            "job_wall_time_s": self.wall_time_s,
+        }
+
+
+def _ratio(a: Measurement | None, b: Measurement | None, field_name: str) -> float | None:
+    if a is None or b is None or not getattr(b, field_name):
+        return None
+    return getattr(a, field_name) / getattr(b, field_name)
+
+
+def run_job(
+    spec: EvaluationSpec,
+    search: Component,
+    runner: Runner,
+    store: ResultsStore,
+    output_dir: Path,
+    max_measurements: int | None = None,
+    evaluate_test: bool = True,
+    on_measurement: OnMeasurement | None = None,
+    progress: bool = True,
+) -> JobResult:
+    """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`."""
+    start = time.perf_counter()
+    calibration = evaluator_for(spec.with_split("calibration"))
+    try:
+        strategy = search.cls.from_evaluator(calibration, **search.options)
+    except (TypeError, ValueError) as err:  # option values only a model and its data can check
+        raise ConfigError(f"search {search.name}: {first_line(err)}") from None
+
+    def evaluate_batch(candidates: list[Candidate], on_result) -> list[Measurement]:
+        return runner.evaluate_batch(calibration.spec, candidates, strategy.feasibility_thresholds(), on_result)
+
+    description = calibration.describe()
+    result = run_search(
+        strategy,
+        evaluate_batch,
+        budget=max_measurements,
+        store=store,
+        key_fn=lambda c: calibration.key(c, strategy.feasibility_thresholds()),
+        meta_fn=lambda c: {**description, "search": search.name},
+        progress=progress,
+        on_measurement=on_measurement,
+        price=calibration.price,
+    )
+    test_dense = test_selected = timing = None
+    if evaluate_test:
+        test_dense, test_selected, timing = evaluate_on_test(spec, calibration, result, runner, store, progress)
+    job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
+                    time.perf_counter() - start, calibration.target.num_layers, description, timing)
+    write_job_outputs(job, calibration)
+    return job
+
+
+def evaluate_on_test(
+    spec: EvaluationSpec, calibration: Evaluator, result: SearchResult, runner: Runner, store: ResultsStore,
+    progress: bool = True,
+) -> tuple[Measurement, Measurement, SideBySide | None]:
+    """Dense and selected measured on the test split (through the store), and timed side by side."""
+    test = evaluator_for(spec.with_split("test"))
+    candidates = [result.baseline, result.selected]
+    description = test.describe()
+    measured = measure_through_store(
+        candidates, lambda todo, on_result: runner.evaluate_batch(test.spec, todo, None, on_result),
+        store, test.key, lambda c: description,
+    )
+    dense, selected = (test.price(c, m) for c, m in zip(candidates, measured))
+    timing = None
+    if result.selected != result.baseline:
+        # The vocabulary of a trimmed drafter is the one chosen on the calibration split.
+        configurations = [(c.label, c.skip_layers, calibration.drafter_factory(c.vocab_size)) for c in candidates]
+        timing = time_side_by_side(test.target, test.domain, test.examples, configurations, spec.generation,
+                                   progress=progress)
+    return dense, selected, timing
+
+
+def run_plan(plan: JobPlan) -> JobResult:
+    """Run the job: search, held-out test evaluation, outputs, reproduce.json, logging.
+
+    Writes into plan.output_dir: reproduce.json (at the start, completed at the end), config_map.{yaml,json},
+    measurements.csv, summary.json (see `run_job`), and the logger's files.
+    """
+    out = plan.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    record = reproduce_record(plan)
+    _write_json(out / "reproduce.json", {**record, "status": "running"})
+    store = ResultsStore(plan.store_path)
+    runner = logger = None
+    status = "failed"
+    try:
+        try:
+            runner = plan.runner.build(output_dir=out)
+        except ValueError as err:  # e.g. GPUs the cluster does not have: before any model loads
+            raise ConfigError(f"runner {plan.runner.name}: {first_line(err)}") from None
+        if plan.logger is not None:
+            logger = plan.logger.build()
+            logger.start(
+                name=out.name,
+                output_dir=out,
+                config=plan.config,
+                tags=[f"model:{plan.model.name}", f"drafter:{plan.drafter_name}",
+                      f"domain:{plan.evaluation.domain.name}", f"search:{plan.search_name}"],
+                group=plan.experiment,
+            )
+        job = run_job(
+            plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,
+            on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
+        )
+        identity = job.description
+        record.update(
+            model_identity=identity["model_identity"], code_version=identity["code_version"],
+            num_layers=job.num_layers,
+        )
+        if plan.model.num_layers not in (None, job.num_layers):
+            log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",
+                        plan.model.num_layers, plan.model.source, job.num_layers, plan.model.name)
+        if logger is not None:
+            logger.finish(job, model=plan.model.name, num_layers=job.num_layers)
+        status = "finished"
+        return job
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if logger is not None:
+            logger.close(ok=status == "finished")
+        if runner is not None:
+            runner.close()
+        store.close()
+        record.update(status=status, finished=utc_now(), wall_time_s=round(time.time() - start, 3))
+        _write_json(out / "reproduce.json", record)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, default=str))

@@ -1,0 +1,147 @@
+"""What a finished job writes and prints: the domain config map entry, measurements.csv,
+summary.json and the results table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, write_config_map
+from specsparse.search.base import SearchResult
+from specsparse.types import Candidate
+from specsparse.util import atomic_write_text
+
+if TYPE_CHECKING:
+    from specsparse.jobs.job import JobResult
+    from specsparse.measuring.evaluation import Evaluator
+
+log = logging.getLogger(__name__)
+
+
+def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
+    """config_map.{yaml,json} (with the trimmed head's token ids when searched), measurements.csv, summary.json."""
+    out = job.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    vocab_size = job.search_result.selected.vocab_size
+    vocab_ids = None if vocab_size is None else calibration.vocab_ids(vocab_size)
+    config_map = ConfigMap(
+        model=calibration.spec.model,
+        num_layers=job.num_layers,
+        domains={job.domain: domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids)},
+        drafter=calibration.spec.drafter.name,
+    )
+    write_config_map(out / "config_map", config_map)
+    write_measurements_csv(out / "measurements.csv", job.search_result)
+    atomic_write_text(out / "summary.json", json.dumps(job.summary(), indent=2))
+
+
+# -- the domain's config map entry --------------------------------------------------------------------------------------
+def domain_config_from_result(
+    domain: str, result: SearchResult, num_layers: int, draft_vocab_ids: Sequence[int] | None = None
+) -> DomainConfig:
+    """The DomainConfig of a finished search: its selected configuration, dense baseline, alternatives
+    and notes; `draft_vocab_ids` are the token ids of a trimmed draft head (the runtime needs them).
+    `domain` only labels errors and logs."""
+    skip = result.selected.skip_layers
+    m = result.selected_measurement
+
+    def point(c, pm) -> OperatingPoint:
+        return OperatingPoint(c.skip_layers, pm.accept_length, pm.metric, pm.cost)
+
+    cfg = DomainConfig(
+        skip_layers=skip,
+        accept_length=m.accept_length,
+        metric=m.metric,
+        sparsity=len(skip) / num_layers,
+        cost=m.cost,
+        flops_fraction=m.flops_fraction,
+        draft_vocab_size=len(draft_vocab_ids) if draft_vocab_ids is not None else result.selected.vocab_size,
+        dense=point(result.baseline, result.dense),
+        alternatives=tuple(point(c, am) for c, am in result.alternatives),
+        notes=result.notes,
+        draft_vocab_ids=None if draft_vocab_ids is None else tuple(int(i) for i in draft_vocab_ids),
+    )
+    log.info("domain %s: %s (A=%.3f, sparsity=%.3f)", domain, result.selected.label, cfg.accept_length, cfg.sparsity)
+    return cfg
+
+
+# -- measurements table ----------------------------------------------------------------------------
+MEASUREMENT_COLUMNS = (
+    "order", "label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric", "cost",
+    "flops_fraction", "tokens_per_s", "new_tokens", "target_forwards", "wall_time_s", "draft_time_s",
+    "early_stopped", "feasible", "pareto", "selected",
+)
+
+
+def write_measurements_csv(path: str | os.PathLike, result: SearchResult) -> Path:
+    """Every configuration the search measured, in measurement order, one CSV row each (atomic write).
+    skip_layers is a JSON list; feasible / pareto / selected flag the search's conclusions."""
+    pareto = {c for c, _ in result.alternatives} | {result.selected}
+    feasible = set(result.feasible)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(MEASUREMENT_COLUMNS)
+    for i, (c, m) in enumerate(result.history):
+        writer.writerow([
+            i, c.label, json.dumps(list(c.skip_layers)), len(c.skip_layers),
+            "" if c.vocab_size is None else c.vocab_size, m.accept_length, "" if m.metric is None else m.metric,
+            m.cost, m.flops_fraction, m.tokens_per_s, m.new_tokens, m.target_forwards, m.wall_time_s,
+            m.draft_time_s, m.early_stopped, c in feasible, c in pareto, c == result.selected,
+        ])
+    return atomic_write_text(path, buf.getvalue())
+
+
+# -- the table printed at the end ------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def results_table(job: JobResult) -> str:
+    """A small text table of the job: dense vs selected on calibration and test."""
+    s = job.summary()
+    skip = s["selected_skip_layers"]
+    label = Candidate(tuple(skip), s["selected_vocab_size"]).label
+    lines = [
+        f"domain {s['domain']}, search {s['strategy']}: selected {label}"
+        + (f" ({len(skip)} layers skipped)" if skip else ""),
+        f"{'split':<12}{'config':<10}{'accept':>8}{'metric':>9}{'modeled tok/s':>15}{'ms/tok':>8}",
+    ]
+    for split in ("calibration", "test"):
+        for which in ("dense", "selected"):
+            m = s[split][which]
+            if m is None:
+                continue
+            cost = None if m.get("cost") is None else 1000 * m["cost"]
+            lines.append(
+                f"{split:<12}{which:<10}{_fmt(m['accept_length']):>8}{_fmt(m['metric']):>9}"
+                f"{_fmt(m['tokens_per_s'], 1):>15}{_fmt(cost, 2):>8}"
+            )
+    c = s["search_cost"]
+    timing, modeled = s.get("timing_test"), s.get("speedup_test_modeled")
+    if timing is not None:
+        low, high = timing["interval"]
+        lines.append(
+            f"speedup on test, measured side by side ({timing['prompts']} prompts, engine): {timing['speedup']:.2f}x "
+            f"[95% CI {low:.2f}-{high:.2f}] ({timing['tokens_per_s'][0]:.1f} -> {timing['tokens_per_s'][1]:.1f} tok/s); "
+            f"modeled {_fmt(modeled, 2)}x"
+        )
+    elif modeled is not None:
+        lines.append(f"speedup on test: modeled {modeled:.2f}x (not timed: the selection is the dense model)")
+    lines.append(
+        f"{c['configurations_measured']} configurations measured, "
+        f"{c['cache_hits']} from the store, search {c['wall_time_s']:.1f} s"
+    )
+    for note in s["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+

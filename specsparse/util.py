@@ -1,0 +1,102 @@
+"""Small helpers every layer uses: atomic file writes, content hashes, one-line errors, dotpaths,
+timestamps, JSON-lines reading and strict number checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` via a temporary file in the same folder and `os.replace`, so readers
+    see either the old or the new file, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot hash {type(obj).__name__}: convert it to plain data first")
+
+
+def canonical_json(obj: Any) -> str:
+    """Canonical JSON text: sorted keys, no whitespace, tuples as lists, dataclasses as dicts.
+    NaN / infinity are rejected because they have no canonical JSON form."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_jsonable
+    )
+
+
+def content_hash(obj: Any) -> str:
+    """sha256 hex digest of `canonical_json(obj)`; equal structures give equal hashes
+    (dict key order and tuple-vs-list do not matter)."""
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (a KeyError's key unquoted), or its type name."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    text = text.strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def locate(dotpath: str) -> Any:
+    """The object at a public dotpath such as `specsparse.drafters.pld.PromptLookupDrafter`."""
+    module_name, _, attribute = dotpath.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"cannot import {dotpath!r} ({err}): check the `_target_` in the config") from None
+
+
+def utc_now() -> str:
+    """The current time, UTC, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed record) for every non-blank line of a JSON-lines file. Raises ValueError
+    naming the file and line of invalid JSON, FileNotFoundError for a missing file."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,102 @@
+"""Paired-bootstrap intervals and the feasibility rules built on them (point, lower_bound, metric floor)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsparse.measuring.intervals import accept_interval, metric_interval, paired_ratios
+from specsparse.search.bfs import BFSSearch
+from specsparse.types import Candidate, Measurement, PromptResult
+
+
+def measurement(steps, tokens, metrics=None) -> Measurement:
+    """A measurement whose prompt i took steps[i] verification steps for tokens[i] tokens."""
+    metrics = metrics if metrics is not None else [None] * len(steps)
+    prompts = tuple(
+        PromptResult(f"ex{i}", "", tuple([t // s] * s), t, 0.0, 0.0, m)
+        for i, (s, t, m) in enumerate(zip(steps, tokens, metrics))
+    )
+    metric = None if metrics[0] is None else float(np.mean(metrics))
+    return Measurement(sum(tokens) / sum(steps), metric, 1.0, 1.0, 0.0, sum(tokens), sum(steps), 0.0, per_prompt=prompts)
+
+
+prompt_counts = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 4)), min_size=2, max_size=25)
+
+
+@settings(max_examples=50, deadline=None)
+@given(prompts=prompt_counts, scores=st.lists(st.floats(0, 1), min_size=25, max_size=25))
+def test_intervals_contain_their_point_and_a_configuration_paired_with_itself_is_exactly_one(prompts, scores):
+    steps = [s for s, _ in prompts]
+    tokens = [s * a for s, a in prompts]
+    m = measurement(steps, tokens, scores[: len(steps)])
+    a, metric = accept_interval(m), metric_interval(m)
+    assert a.low - 1e-9 <= a.point <= a.high + 1e-9
+    assert metric.low - 1e-9 <= metric.point <= metric.high + 1e-9
+    ratios = paired_ratios(m, m)
+    assert ratios.accept.as_list() == pytest.approx([1, 1, 1]) and ratios.metric.as_list() == pytest.approx([1, 1, 1])
+
+
+def test_a_uniform_loss_has_a_tight_paired_interval_and_pairing_beats_independence():
+    rng = np.random.default_rng(0)
+    steps = rng.integers(5, 30, size=20).tolist()
+    dense = measurement(steps, [4 * s for s in steps], rng.uniform(0.1, 0.9, size=20).tolist())
+    # The candidate accepts 3 instead of 4 tokens per step on every prompt and keeps 90% of each score.
+    candidate = measurement(steps, [3 * s for s in steps], [0.9 * p.metric for p in dense.per_prompt])
+    ratios = paired_ratios(dense, candidate)
+    assert ratios.accept.as_list() == pytest.approx([0.75, 0.75, 0.75])
+    assert ratios.metric.low == pytest.approx(0.9) and ratios.metric.high == pytest.approx(0.9)
+    independent = metric_interval(candidate)
+    assert independent.high - independent.low > 0.1  # the prompts' spread, which pairing cancels
+
+
+def test_different_prompts_cannot_be_paired():
+    a = measurement([4, 4], [8, 8])
+    b = measurement([4], [8])
+    assert paired_ratios(a, b) is None
+
+
+def search_with(dense: Measurement, single: Measurement, **options) -> BFSSearch:
+    search = BFSSearch(3, max_depth=1, **options)
+    search.tell(Candidate(), dense)
+    search.tell(Candidate((1,)), single)
+    return search
+
+
+def noisy_pair(seed=1):
+    """A candidate 3% below dense on average but 15% below on some prompts."""
+    rng = np.random.default_rng(seed)
+    steps = [20] * 16
+    dense = measurement(steps, [80] * 16, [0.6] * 16)
+    factors = rng.choice([1.0, 0.85], size=16, p=[0.8, 0.2])
+    factors = factors * (0.97 * 16 / factors.sum())  # mean factor exactly 0.97
+    candidate = measurement(steps, [int(round(80 * f)) for f in factors], [0.6] * 16)
+    return dense, candidate
+
+
+def test_point_rule_accepts_what_the_lower_bound_rule_rejects():
+    dense, candidate = noisy_pair()
+    assert candidate.accept_length / dense.accept_length == pytest.approx(0.97, abs=0.01)
+    assert search_with(dense, candidate, feasibility="point").feasible(candidate)
+    assert not search_with(dense, candidate, feasibility="lower_bound").feasible(candidate)
+    # The same loss on every prompt is certain: the lower bound accepts it.
+    steady = measurement([20] * 16, [78] * 16, [0.6] * 16)
+    assert search_with(dense, steady, feasibility="lower_bound").feasible(steady)
+
+
+def test_an_uninformative_metric_stops_constraining_and_says_so():
+    steps = [10] * 12
+    dense = measurement(steps, [30] * 12, [0.0] * 11 + [0.2])  # near zero: BLEU of a tiny model
+    broken = measurement(steps, [30] * 12, [0.0] * 12)  # metric falls to 0, accept length unchanged
+    strict = search_with(dense, broken, metric_floor=0.0)
+    assert not strict.feasible(broken) and strict.metric_uninformative() is None
+    lenient = search_with(dense, broken)
+    assert lenient.feasible(broken)
+    assert any(note.startswith("metric uninformative") for note in lenient.select().notes)
+    informative = measurement(steps, [30] * 12, [0.5] * 12)
+    assert search_with(informative, broken).metric_uninformative() is None
+
+
+def test_bad_rule_names_fail_clearly():
+    with pytest.raises(ValueError, match="feasibility"):
+        BFSSearch(3, feasibility="median")

@@ -202,26 +202,26 @@ def _m_half_left(r, who):
 
 def _m_fence(r, who):
     place = r.choice(["garden", "playground", "paddock", "vegetable patch", "dog run"])
-    l, w = r.randint(8, 40), r.randint(4, 25)
-    if l == w:
-        l += 3
+    long, wide = r.randint(8, 40), r.randint(4, 25)
+    if long == wide:
+        long += 3
     c = r.randint(3, 15)
-    p = 2 * l + 2 * w
-    q = f"A rectangular {place} is {l} metres long and {w} metres wide. A fence costs ${c} per metre. How much does it cost to put a fence all the way around it?"
-    lines = [f"The perimeter is 2 * {l} + 2 * {w} = {p} metres.",
+    p = 2 * long + 2 * wide
+    q = f"A rectangular {place} is {long} metres long and {wide} metres wide. A fence costs ${c} per metre. How much does it cost to put a fence all the way around it?"
+    lines = [f"The perimeter is 2 * {long} + 2 * {wide} = {p} metres.",
              f"The fence costs {p} * {c} = ${p * c}."]
     return q, lines, p * c
 
 
 def _m_area(r, who):
     place = r.choice(["classroom floor", "kitchen floor", "patio", "hall floor"])
-    l, w = r.randint(4, 12), r.randint(3, 10)
-    l, w = max(l, w), min(l, w)
+    long, wide = r.randint(4, 12), r.randint(3, 10)
+    long, wide = max(long, wide), min(long, wide)
     c = r.randint(8, 30)
-    q = f"A {place} is {l} metres long and {w} metres wide. Tiles cost ${c} per square metre. How much do the tiles for the whole {place} cost?"
-    lines = [f"The area is {l} * {w} = {l * w} square metres.",
-             f"The tiles cost {l * w} * {c} = ${l * w * c}."]
-    return q, lines, l * w * c
+    q = f"A {place} is {long} metres long and {wide} metres wide. Tiles cost ${c} per square metre. How much do the tiles for the whole {place} cost?"
+    lines = [f"The area is {long} * {wide} = {long * wide} square metres.",
+             f"The tiles cost {long * wide} * {c} = ${long * wide * c}."]
+    return q, lines, long * wide * c
 
 
 def _m_times_as_many(r, who):
@@ -432,7 +432,7 @@ def check_rationale(text: str) -> int:
         assert len(found) == 1, f"expected one equation in {line!r}"
         expr, value = found[0]
         tokens = re.findall(r"\d+|[-+*/]", expr)
-        result = eval("".join(f"Fraction({t})" if t.isdigit() else t for t in tokens), {"Fraction": Fraction})  # noqa: S307 - digits and operators only
+        result = eval("".join(f"Fraction({t})" if t.isdigit() else t for t in tokens), {"Fraction": Fraction})  # only digits and operators reach eval
         assert result == Fraction(int(value)), f"{expr} != {value}"
         last = int(value)
     assert final.isdigit() and int(final) == last, f"final answer {final!r} is not the last result {last}"

@@ -100,3 +100,29 @@ def test_an_uninformative_metric_stops_constraining_and_says_so():
 def test_bad_rule_names_fail_clearly():
     with pytest.raises(ValueError, match="feasibility"):
         BFSSearch(3, feasibility="median")
+
+
+def _job(timing_speedup: list[float], test_metrics: tuple[float, float]):
+    from specsparse.jobs.job import JobResult
+    from specsparse.measuring.timing import SideBySide
+    from specsparse.search import evaluate_callable, run_search
+
+    # Skipping layer 2 is free and cheaper: the search selects it.
+    result = run_search(BFSSearch(4, max_depth=1), evaluate_callable(
+        lambda c: (3.0, 0.6, 1.0 - 0.1 * len(c.skip_layers) if c.skip_layers == (2,) or not c.skip_layers else 2.0)),
+        progress=False)
+    assert result.selected == Candidate((2,))
+    dense, selected = (measurement([10] * 4, [30] * 4, [m] * 4) for m in test_metrics)
+    timing = SideBySide(("plain", "dense", "selected"), (10.0, 20.0, 20.0 * timing_speedup[0]),
+                        {"selected/dense": timing_speedup, "dense/plain": [2.0, 1.9, 2.1]}, 4)
+    return JobResult("qa", result, dense, selected, None, 1.0, 4, {}, timing, eps_metric=0.05)
+
+
+def test_held_out_verdict_needs_a_speedup_and_the_metric_within_tolerance():
+    assert _job([1.2, 1.1, 1.3], (0.6, 0.59)).held_out()["verdict"] == "held"
+    slower = _job([0.9, 0.8, 1.0], (0.6, 0.6)).held_out()
+    assert slower["verdict"] == "did not hold" and "not above 1" in slower["reasons"][0]
+    worse = _job([1.2, 1.1, 1.3], (0.6, 0.5)).held_out()
+    assert worse["verdict"] == "did not hold" and "metric" in worse["reasons"][0]
+    unsure = _job([1.05, 0.95, 1.15], (0.6, 0.6)).held_out()
+    assert unsure["verdict"] == "held" and "includes 1" in unsure["reasons"][0]

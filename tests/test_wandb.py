@@ -74,7 +74,7 @@ def test_offline_run_is_written_under_the_job_folder(tmp_path):
 
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert run.run_group == "quickstart"
-    assert {"model:tiny", "drafter:samd", "domain:translation", "search:bfs"} <= set(run.tags)
+    assert {"model:tiny", "drafter:samd", "domain:qa", "search:bfs"} <= set(run.tags)
 
     summary_keys = {u.key or "/".join(u.nested_key) for r in records if r.WhichOneof("record_type") == "summary"
                     for u in r.summary.update}
@@ -85,11 +85,11 @@ def test_offline_run_is_written_under_the_job_folder(tmp_path):
                     for i in r.history.item}
     assert {"measurement/accept_length", "measurement/cost", "measurement/metric"} <= history_keys
     artifacts = {r.artifact.name: r.artifact.type for r in records if r.WhichOneof("record_type") == "artifact"}
-    assert artifacts.get("config_map-translation") == "config_map"
+    assert artifacts.get("config_map-qa") == "config_map"
 
     assert list(runs[0].glob("files/media/images/pareto_plot_*.png"))
     assert (tmp_path / "job" / "pareto.png").is_file()
-    assert job.summary()["domain"] == "translation"
+    assert job.summary()["domain"] == "qa"
 
 
 def test_online_without_a_key_falls_back_to_offline(tmp_path, monkeypatch, caplog):

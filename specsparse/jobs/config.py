@@ -67,6 +67,7 @@ class JobPlan:
     store_path: Path
     output_dir: Path
     max_measurements: int | None = None  # the search driver's budget of new measurements
+    timing_prompts: int | None = 24  # test prompts timed side by side (None: all)
     evaluate_test: bool = True
     progress: bool = True
     experiment: str | None = None
@@ -128,6 +129,7 @@ def build_plan(
         store_path=store,
         output_dir=_absolute(output_dir, cwd_path),
         max_measurements=max_measurements,
+        timing_prompts=_timing_prompts(config.get("timing_prompts", 24)),
         evaluate_test=bool(config.get("evaluate_test", True)),
         progress=bool(config.get("progress", True)),
         experiment=config.get("experiment_name"),
@@ -137,6 +139,12 @@ def build_plan(
         overrides=tuple(overrides),
         data=data,
     )
+
+def _timing_prompts(value: Any) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigError(f"timing_prompts={value!r}: give a positive number of test prompts, or null for all")
+    return value
+
 
 def _absolute(path: str | os.PathLike, cwd: Path) -> Path:
     # abspath, not resolve: keep the user's spelling of symlinked folders in records

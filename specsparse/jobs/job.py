@@ -26,6 +26,7 @@ from specsparse.jobs.reproduce import reproduce_record
 from specsparse.jobs.runners import Runner
 from specsparse.jobs.store import ResultsStore, measurement_to_dict
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
+from specsparse.measuring.intervals import comparison
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
 from specsparse.search.driver import measure_through_store, run_search
@@ -47,7 +48,8 @@ class JobResult:
     wall_time_s: float
     num_layers: int = 0
     description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
-    timing: SideBySide | None = None  # dense vs selected on the test split, timed side by side
+    timing: SideBySide | None = None  # plain decoding, dense and selected on the test split, side by side
+    eps_metric: float = 0.05  # the search's metric tolerance, which the held-out verdict applies too
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from)."""
@@ -57,6 +59,7 @@ class JobResult:
             return {k: v for k, v in measurement_to_dict(m).items() if k != "per_prompt"}
 
         s = self.search_result
+        timing = self.timing
         return {
             "domain": self.domain,
             "strategy": s.strategy,
@@ -64,11 +67,18 @@ class JobResult:
             "selected_vocab_size": s.selected.vocab_size,
             "calibration": {"dense": numbers(s.dense), "selected": numbers(s.selected_measurement)},
             "test": {"dense": numbers(self.test_dense), "selected": numbers(self.test_selected)},
-            # Measured: the engine, dense and selected interleaved in this process. Modeled: the cost profile.
-            "speedup_test": None if self.timing is None else self.timing.speedup,
-            "speedup_test_interval": None if self.timing is None else list(self.timing.interval),
+            "intervals": {"calibration": comparison(s.dense, s.selected_measurement),
+                          "test": comparison(self.test_dense, self.test_selected)},
+            # Measured: the engine, plain decoding, dense and selected interleaved in this process.
+            # Modeled: the cost profile.
+            "speedup_test": _speedup(timing, "selected", "dense", 0),
+            "speedup_test_interval": _speedup(timing, "selected", "dense", slice(1, 3)),
             "speedup_test_modeled": _ratio(self.test_selected, self.test_dense, "tokens_per_s"),
-            "timing_test": None if self.timing is None else self.timing.as_dict(),
+            "speedup_test_vs_plain": _speedup(timing, "selected", "plain", slice(0, 3)),
+            "speedup_dense_vs_plain": _speedup(timing, "dense", "plain", slice(0, 3)),
+            "plain_tokens_per_s_test": None if timing is None else timing.tokens_per_s[0],
+            "timing_test": None if timing is None else timing.as_dict(),
+            "held_out": self.held_out(),
             "search_cost": {
                 "configurations_measured": s.n_measured,
                 "cache_hits": s.n_cache_hits,
@@ -80,6 +90,36 @@ class JobResult:
             "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
             "job_wall_time_s": self.wall_time_s,
         }
+
+
+    def held_out(self) -> dict[str, Any]:
+        """Whether the selection held on the test split: measured speedup over dense > 1 (with its
+        interval) and the test metric within eps_metric of dense (when the metric is informative)."""
+        s = self.search_result
+        if s.selected == s.baseline:
+            return {"verdict": "dense selected", "reasons": ["the search kept the dense target"]}
+        if self.timing is None or self.test_dense is None or self.test_selected is None:
+            return {"verdict": "not evaluated", "reasons": ["no test evaluation (evaluate_test=false)"]}
+        reasons = []
+        point, low, high = self.timing.speedup("selected", "dense")
+        if point <= 1:
+            reasons.append(f"measured test speedup {point:.2f}x [{low:.2f}-{high:.2f}] is not above 1")
+        elif low <= 1:
+            reasons.append(f"speedup {point:.2f}x but its 95% interval [{low:.2f}-{high:.2f}] includes 1")
+        uninformative = any(note.startswith("metric uninformative") for note in s.notes)
+        dense_m, selected_m = self.test_dense.metric, self.test_selected.metric
+        if dense_m is not None and not uninformative:
+            ratio = (selected_m or 0.0) / dense_m if dense_m > 0 else 1.0
+            if ratio < 1 - self.eps_metric:
+                reasons.append(f"test metric {selected_m:.3f} vs dense {dense_m:.3f}: {ratio:.2f}x, "
+                               f"below 1 - eps_metric = {1 - self.eps_metric:.2f}")
+        held = point > 1 and not any("metric" in r for r in reasons)
+        return {"verdict": "held" if held else "did not hold", "reasons": reasons}
+
+
+def _speedup(timing: SideBySide | None, label: str, over: str, part: int | slice) -> Any:
+    values = None if timing is None else timing.speedup(label, over)
+    return None if values is None else values[part]
 
 
 def _ratio(a: Measurement | None, b: Measurement | None, field_name: str) -> float | None:
@@ -98,6 +138,7 @@ def run_job(
     evaluate_test: bool = True,
     on_measurement: OnMeasurement | None = None,
     progress: bool = True,
+    timing_prompts: int | None = 24,
 ) -> JobResult:
     """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`."""
     start = time.perf_counter()
@@ -124,18 +165,21 @@ def run_job(
     )
     test_dense = test_selected = timing = None
     if evaluate_test:
-        test_dense, test_selected, timing = evaluate_on_test(spec, calibration, result, runner, store, progress)
+        test_dense, test_selected, timing = evaluate_on_test(spec, calibration, result, runner, store, progress,
+                                                             timing_prompts)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
-                    time.perf_counter() - start, calibration.target.num_layers, description, timing)
+                    time.perf_counter() - start, calibration.target.num_layers, description, timing,
+                    float(search.options.get("eps_metric", 0.05)))
     write_job_outputs(job, calibration)
     return job
 
 
 def evaluate_on_test(
     spec: EvaluationSpec, calibration: Evaluator, result: SearchResult, runner: Runner, store: ResultsStore,
-    progress: bool = True,
-) -> tuple[Measurement, Measurement, SideBySide | None]:
-    """Dense and selected measured on the test split (through the store), and timed side by side."""
+    progress: bool = True, timing_prompts: int | None = 24,
+) -> tuple[Measurement, Measurement, SideBySide]:
+    """Dense and selected measured on the test split (through the store), and plain decoding, dense
+    and selected timed side by side on its first `timing_prompts` prompts (None: all)."""
     test = evaluator_for(spec.with_split("test"))
     candidates = [result.baseline, result.selected]
     description = test.describe()
@@ -144,12 +188,14 @@ def evaluate_on_test(
         store, test.key, lambda c: description,
     )
     dense, selected = (test.price(c, m) for c, m in zip(candidates, measured))
-    timing = None
-    if result.selected != result.baseline:
-        # The vocabulary of a trimmed drafter is the one chosen on the calibration split.
-        configurations = [(c.label, c.skip_layers, calibration.drafter_factory(c.vocab_size)) for c in candidates]
-        timing = time_side_by_side(test.target, test.domain, test.examples, configurations, spec.generation,
-                                   progress=progress)
+    # Plain decoding (the dense target, no drafter) runs beside the speculative configurations, so a
+    # setup slower than not speculating cannot hide. A trimmed drafter keeps its calibration vocabulary.
+    configurations = [("plain", (), lambda: None)]
+    for label, c in (("dense", result.baseline), ("selected", result.selected)):
+        if label == "dense" or c != result.baseline:
+            configurations.append((label, c.skip_layers, calibration.drafter_factory(c.vocab_size)))
+    examples = test.examples[:timing_prompts] if timing_prompts else test.examples
+    timing = time_side_by_side(test.target, test.domain, examples, configurations, spec.generation, progress=progress)
     return dense, selected, timing
 
 
@@ -185,6 +231,7 @@ def run_plan(plan: JobPlan) -> JobResult:
         job = run_job(
             plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,
             on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
+            timing_prompts=plan.timing_prompts,
         )
         identity = job.description
         record.update(

@@ -106,37 +106,46 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _with_interval(values: list[float] | None, digits: int = 3) -> str:
+    if values is None:
+        return "n/a"
+    point, low, high = values
+    return f"{point:.{digits}f} [{low:.{digits}f}-{high:.{digits}f}]"
+
+
 def results_table(job: JobResult) -> str:
-    """A small text table of the job: dense vs selected on calibration and test."""
+    """A small text table of the job: dense vs selected on calibration and test (95% intervals over
+    prompts), the side-by-side timing against plain decoding, and whether the selection held."""
     s = job.summary()
     skip = s["selected_skip_layers"]
     label = Candidate(tuple(skip), s["selected_vocab_size"]).label
     lines = [
         f"domain {s['domain']}, search {s['strategy']}: selected {label}"
         + (f" ({len(skip)} layers skipped)" if skip else ""),
-        f"{'split':<12}{'config':<10}{'accept':>8}{'metric':>9}{'modeled tok/s':>15}{'ms/tok':>8}",
+        f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{'metric [95% CI]':>24}{'modeled tok/s':>15}",
     ]
     for split in ("calibration", "test"):
+        intervals = s["intervals"][split] or {}
         for which in ("dense", "selected"):
             m = s[split][which]
             if m is None:
                 continue
-            cost = None if m.get("cost") is None else 1000 * m["cost"]
-            lines.append(
-                f"{split:<12}{which:<10}{_fmt(m['accept_length']):>8}{_fmt(m['metric']):>9}"
-                f"{_fmt(m['tokens_per_s'], 1):>15}{_fmt(cost, 2):>8}"
-            )
-    c = s["search_cost"]
-    timing, modeled = s.get("timing_test"), s.get("speedup_test_modeled")
+            accept = _with_interval(intervals.get(f"accept_{which}"), 2)
+            metric = _with_interval(intervals.get(f"metric_{which}")) if m["metric"] is not None else "n/a"
+            lines.append(f"{split:<12}{which:<10}{accept:>24}{metric:>24}{_fmt(m['tokens_per_s'], 1):>15}")
+    timing = s.get("timing_test")
     if timing is not None:
-        low, high = timing["interval"]
-        lines.append(
-            f"speedup on test, measured side by side ({timing['prompts']} prompts, engine): {timing['speedup']:.2f}x "
-            f"[95% CI {low:.2f}-{high:.2f}] ({timing['tokens_per_s'][0]:.1f} -> {timing['tokens_per_s'][1]:.1f} tok/s); "
-            f"modeled {_fmt(modeled, 2)}x"
-        )
-    elif modeled is not None:
-        lines.append(f"speedup on test: modeled {modeled:.2f}x (not timed: the selection is the dense model)")
+        rates = ", ".join(f"{name} {rate:.1f}" for name, rate in zip(timing["labels"], timing["tokens_per_s"]))
+        lines.append(f"test, timed side by side on {timing['prompts']} prompts (engine, tok/s): {rates}")
+        for name in timing["labels"][1:]:
+            lines.append(f"  {name} vs plain decoding: {_with_interval(timing['speedups'][f'{name}/plain'], 2)}x")
+        if s["speedup_test"] is not None:
+            lines.append(f"  selected vs dense: {_with_interval(timing['speedups']['selected/dense'], 2)}x measured, "
+                         f"{_fmt(s['speedup_test_modeled'], 2)}x modeled")
+    held = s["held_out"]
+    verdict = {"held": "HELD on the test split", "did not hold": "DID NOT HOLD on the test split"}.get(held["verdict"], held["verdict"])
+    lines.append(f"held-out verdict: {verdict}" + ("" if not held["reasons"] else f" ({'; '.join(held['reasons'])})"))
+    c = s["search_cost"]
     lines.append(
         f"{c['configurations_measured']} configurations measured, "
         f"{c['cache_hits']} from the store, search {c['wall_time_s']:.1f} s"
@@ -144,4 +153,3 @@ def results_table(job: JobResult) -> str:
     for note in s["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
-

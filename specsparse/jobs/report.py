@@ -177,9 +177,16 @@ def _get(m: dict | None, key: str) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def _ci(summary: dict[str, Any], split: str, key: str, digits: int = 3) -> str | None:
+    """The "low-high" text of a 95% interval in a summary's `intervals`, or None."""
+    values = ((summary.get("intervals") or {}).get(split) or {}).get(key)
+    return None if not values else f"{values[1]:.{digits}f}-{values[2]:.{digits}f}"
+
+
 def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
-    """Per domain: native vs TSS accept length, metric, modeled tokens/s, measured and modeled speedup,
-    skipped-layer ratio."""
+    """Per domain: native vs TSS accept length and metric with 95% intervals, plain decoding and the
+    measured speedups (TSS over native, and both over plain decoding) with intervals, the modeled
+    speedup, the skipped-layer ratio, and whether the selection held on the test split."""
     rows = []
     for (model, domain), record in tss_jobs(records, strategy).items():
         s = record.summary
@@ -191,30 +198,39 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
         modeled = None
         if _get(dense, "tokens_per_s") and _get(selected, "tokens_per_s") is not None:
             modeled = selected["tokens_per_s"] / dense["tokens_per_s"]
+        versus_plain = s.get("speedup_test_vs_plain") or s.get("speedup_dense_vs_plain")
         rows.append({
             "model": model,
             "domain": domain,
             "strategy": record.strategy,
             "split": split,
             "accept_native": _get(dense, "accept_length"),
+            "accept_native_ci": _ci(s, split, "accept_dense", 2),
             "accept_tss": _get(selected, "accept_length"),
+            "accept_tss_ci": _ci(s, split, "accept_selected", 2),
             "metric_native": _get(dense, "metric"),
+            "metric_native_ci": _ci(s, split, "metric_dense"),
             "metric_tss": _get(selected, "metric"),
-            "modeled_tokens_per_s_native": _get(dense, "tokens_per_s"),
-            "modeled_tokens_per_s_tss": _get(selected, "tokens_per_s"),
+            "metric_tss_ci": _ci(s, split, "metric_selected"),
+            "plain_tokens_per_s": s.get("plain_tokens_per_s_test") if split == "test" else None,
+            "speedup_vs_plain": None if not versus_plain or split != "test" else versus_plain[0],
+            "speedup_vs_plain_ci": None if not versus_plain or split != "test" else f"{versus_plain[1]:.2f}-{versus_plain[2]:.2f}",
             "speedup": measured,
             "speedup_ci": None if not interval else f"{interval[0]:.2f}-{interval[1]:.2f}",
             "modeled_speedup": modeled,
             "skipped_layers": json.dumps(skip),
             "skipped_ratio": (len(skip) / n) if n else None,
+            "held_out": (s.get("held_out") or {}).get("verdict"),
         })
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
 
 
-TABLE1_COLUMNS = ["model", "domain", "strategy", "split", "accept_native", "accept_tss", "metric_native", "metric_tss",
-                  "modeled_tokens_per_s_native", "modeled_tokens_per_s_tss", "speedup", "speedup_ci", "modeled_speedup",
-                  "skipped_layers", "skipped_ratio"]
-TABLE2_COLUMNS = ["model", "domain", "strategy", "split", "selected_skip_layers", "accept", "metric", "cost_ms_per_token",
+TABLE1_COLUMNS = ["model", "domain", "strategy", "split", "accept_native", "accept_native_ci", "accept_tss",
+                  "accept_tss_ci", "metric_native", "metric_native_ci", "metric_tss", "metric_tss_ci",
+                  "plain_tokens_per_s", "speedup_vs_plain", "speedup_vs_plain_ci", "speedup", "speedup_ci",
+                  "modeled_speedup", "skipped_layers", "skipped_ratio", "held_out"]
+TABLE2_COLUMNS = ["model", "domain", "strategy", "split", "selected_skip_layers", "accept", "accept_ci", "metric",
+                  "metric_ci", "speedup", "speedup_ci", "speedup_vs_plain", "held_out", "cost_ms_per_token",
                   "configurations", "new_measurements", "search_wall_time_s"]
 
 
@@ -239,7 +255,14 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
             "split": split,
             "selected_skip_layers": label,
             "accept": _get(selected, "accept_length"),
+            "accept_ci": _ci(s, split, "accept_selected", 2),
             "metric": _get(selected, "metric"),
+            "metric_ci": _ci(s, split, "metric_selected"),
+            "speedup": s.get("speedup_test") if split == "test" else None,
+            "speedup_ci": None if not s.get("speedup_test_interval") or split != "test"
+            else "{:.2f}-{:.2f}".format(*s["speedup_test_interval"]),
+            "speedup_vs_plain": (s.get("speedup_test_vs_plain") or [None])[0] if split == "test" else None,
+            "held_out": (s.get("held_out") or {}).get("verdict"),
             "cost_ms_per_token": None if _get(selected, "cost") is None else 1000 * selected["cost"],
             "configurations": cost["configurations_measured"] + cost.get("cache_hits", 0),
             "new_measurements": cost["configurations_measured"],
@@ -249,7 +272,7 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
 
 
 # -- formatting ------------------------------------------------------------------------------------
-DIGITS = {"speedup": 2, "modeled_speedup": 2, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
+DIGITS = {"speedup": 2, "modeled_speedup": 2, "speedup_vs_plain": 2, "plain_tokens_per_s": 1, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
           "modeled_tokens_per_s_tss": 1, "cost_ms_per_token": 2, "search_wall_time_s": 1}
 
 

@@ -222,9 +222,9 @@ def evaluator_for(spec: EvaluationSpec) -> Evaluator:
 
 
 def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
-    """Rows per batched pass: 64 on an accelerator and 16 on CPU (a CPU forward is compute-bound well
-    before that), fewer when a row's KV cache and logits would not fit in a quarter of the free
-    accelerator (or host) memory. `measure.batch_size` overrides it; results do not depend on it."""
+    """Rows per batched pass: 64, or fewer when a row's KV cache and logits would not fit in a quarter
+    of the free accelerator (or host) memory. On CPU too, 32-64 rows give about 1.4x the tokens/s of 16
+    (BENCHMARKS.md). `measure.batch_size` overrides it; results do not depend on it."""
     config = target.model.config
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -235,8 +235,6 @@ def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_p
     device = target.model.device
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
-        cap = 64
     else:
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        cap = 16
-    return max(1, min(cap, int(free // 4 // per_row)))
+    return max(1, min(64, int(free // 4 // per_row)))

@@ -109,3 +109,22 @@ def paired_ratios(dense: Measurement, candidate: Measurement, seed: int = 0) -> 
 
 def _point_ratio(x: float, x0: float) -> float:
     return float(_safe_ratio(np.array(x), np.array(x0)))
+
+
+def comparison(dense: Measurement | None, candidate: Measurement | None, seed: int = 0) -> dict | None:
+    """JSON-able [point, low, high] lists: A and M of both, and the paired ratios A/A0 and M/M0."""
+    if dense is None or candidate is None:
+        return None
+    ratios = paired_ratios(dense, candidate, seed)
+
+    def listed(interval: Interval | None) -> list[float] | None:
+        return None if interval is None else interval.as_list()
+
+    return {
+        "accept_dense": listed(accept_interval(dense, seed)),
+        "accept_selected": listed(accept_interval(candidate, seed)),
+        "metric_dense": listed(metric_interval(dense, seed)),
+        "metric_selected": listed(metric_interval(candidate, seed)),
+        "accept_ratio": None if ratios is None else listed(ratios.accept),
+        "metric_ratio": None if ratios is None else listed(ratios.metric),
+    }

@@ -7,6 +7,7 @@ slow period of the machine hits every configuration alike. Timings never enter t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,18 +24,22 @@ from specsparse.types import GenerationConfig
 
 @dataclass(frozen=True)
 class SideBySide:
-    """Engine throughput of each configuration on the same prompts, and the speedup of the last over
-    the first with a 95% paired-bootstrap interval over prompts."""
+    """Engine throughput of each configuration on the same prompts, and the speedup of every
+    configuration over every earlier one, with 95% paired-bootstrap intervals over prompts.
+
+    speedups["selected/dense"] = [point, low, high]: tokens/s of "selected" over "dense"."""
 
     labels: tuple[str, ...]
     tokens_per_s: tuple[float, ...]
-    speedup: float
-    interval: tuple[float, float]
+    speedups: dict[str, list[float]]
     prompts: int
 
+    def speedup(self, label: str, over: str) -> list[float] | None:
+        return self.speedups.get(f"{label}/{over}")
+
     def as_dict(self) -> dict:
-        return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedup": self.speedup,
-                "interval": list(self.interval), "prompts": self.prompts}
+        return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedups": self.speedups,
+                "prompts": self.prompts}
 
 
 def time_side_by_side(
@@ -66,14 +71,11 @@ def time_side_by_side(
                     bar.update()
                 order.reverse()
     rate = tokens.sum(0) / seconds.sum(0)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(examples), size=(2000, len(examples)))
-    ratios = (tokens[draws, -1].sum(1) / seconds[draws, -1].sum(1)) / (tokens[draws, 0].sum(1) / seconds[draws, 0].sum(1))
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return SideBySide(
-        labels=tuple(label for label, _, _ in configurations),
-        tokens_per_s=tuple(float(r) for r in rate),
-        speedup=float(rate[-1] / rate[0]),
-        interval=(float(low), float(high)),
-        prompts=len(examples),
-    )
+    draws = np.random.default_rng(seed).integers(0, len(examples), size=(2000, len(examples)))
+    rates = tokens[draws].sum(1) / seconds[draws].sum(1)  # [draws, configurations]
+    labels = tuple(label for label, _, _ in configurations)
+    speedups = {}
+    for i, j in itertools.combinations(range(len(labels)), 2):
+        low, high = np.percentile(rates[:, j] / rates[:, i], [2.5, 97.5])
+        speedups[f"{labels[j]}/{labels[i]}"] = [float(rate[j] / rate[i]), float(low), float(high)]
+    return SideBySide(labels, tuple(float(r) for r in rate), speedups, len(examples))

@@ -17,7 +17,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from specsparse.data import build_messages, get_domain, load_examples, split_examples
 from specsparse.decoding.generation import generate_text
-from specsparse.metrics import score_outputs
 from specsparse.serving.controller import Controller
 from specsparse.types import GenerationConfig
 
@@ -61,7 +60,7 @@ def main() -> None:
 
         def stats(path, row=row, domain=domain):
             accepts = row[f"{path}_accepts"]
-            metric = score_outputs(domain, row[f"{path}_text"], row["examples"])
+            metric = domain.score_outputs(row[f"{path}_text"], row["examples"])
             return (sum(accepts) / len(accepts), "n/a" if metric is None else f"{metric['score']:.3f}",
                     sum(row[f"{path}_tokens"]) / sum(row[f"{path}_seconds"]))
 

@@ -1,5 +1,6 @@
 """Measuring one configuration: determinism, early rejection, keys that never go stale."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -108,3 +109,26 @@ def test_trimmed_vocabulary_comes_from_calibration_references(spec):
     # The same target outputs (lossless), whatever head the drafter has.
     assert [p.output_text for p in trimmed.per_prompt] == [p.output_text for p in full.per_prompt]
     assert 0 < trimmed.cost and 0 < full.cost and trimmed.tokens_per_s == pytest.approx(1 / trimmed.cost)
+
+
+def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec):
+    """The test split measures exactly the ids chosen on calibration: rewriting every test reference
+    leaves the vocabulary of both splits unchanged."""
+    records = [{"id": f"q{i}", "prompt": f"Question {i}?", "reference": f"answer {i} " + "common words here" * (i % 3)}
+               for i in range(12)]
+    original, rewritten = tmp_path / "original.jsonl", tmp_path / "rewritten.jsonl"
+    original.write_text("".join(json.dumps(r) + "\n" for r in records))
+    options = {"id_field": "id"}
+    calibration = Evaluator(replace(spec, domain=DomainSpec("qa", "jsonl", str(original), options=options)))
+    calibration_ids = {ex.id for ex in calibration.examples}
+    rows = [r if r["id"] in calibration_ids else {**r, "reference": "zebra quantum " * 20} for r in records]
+    rewritten.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    vocabularies = []
+    for path in (original, rewritten):
+        domain = DomainSpec("qa", "jsonl", str(path), options=options)
+        for split in ("calibration", "test"):
+            vocabularies.append(Evaluator(replace(spec, domain=domain, split=split)).vocab_ids(12))
+    assert all(ids == vocabularies[0] for ids in vocabularies)
+    # ...and the rewritten test references would have changed it, had the test split been counted.
+    test_texts = Evaluator(replace(spec, domain=DomainSpec("qa", "jsonl", str(rewritten), options=options), split="test"))
+    assert any("zebra" in ref for ex in test_texts.examples for ref in ex.references)

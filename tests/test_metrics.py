@@ -11,7 +11,7 @@ import pytest
 import sacrebleu
 
 from specsparse.data import Example, get_domain
-from specsparse.metrics import METRICS, get_metric_spec, headline_metric, load_metric, score, score_outputs
+from specsparse.metrics import METRICS, get_metric_spec, load_metric, score
 from specsparse.metrics.text import (
     choice_is_correct,
     contains_answer,
@@ -179,19 +179,19 @@ def test_score_errors_are_one_line():
 
 
 def test_headline_metric_per_domain():
-    assert headline_metric("translation") == "bleu"
-    assert headline_metric("summarization") == "rougeL"
-    assert headline_metric(get_domain("qa")) == "f1"
-    assert headline_metric("mmlu") == "accuracy"
-    assert headline_metric("mt_bench") is None
+    assert get_domain("translation").headline_metric == "bleu"
+    assert get_domain("summarization").headline_metric == "rougeL"
+    assert get_domain("qa").headline_metric == "f1"
+    assert get_domain("mmlu").headline_metric == "accuracy"
+    assert get_domain("mt_bench").headline_metric is None
     assert get_metric_spec("rouge").headline == "rougeL"
 
 
 def test_score_outputs_extracts_with_the_domain_rule():
     math_domain = get_domain("math")
     examples = [Example("m1", "math", ("q",), ("3 * 4 = 12\n#### 12",)), Example("m2", "math", ("q",), ("#### 5",))]
-    result = score_outputs(math_domain, ["3 times 4 is 12.", "The answer is 6"], examples)
+    result = math_domain.score_outputs(["3 times 4 is 12.", "The answer is 6"], examples)
     assert result["score"] == 0.5
     mt = [Example("w1", "mt_bench", ("a", "b"))]
-    assert score_outputs(get_domain("mt_bench"), ["text"], mt) is None
-    assert not math.isnan(score_outputs(get_domain("mmlu"), ["A"], [Example("x", "mmlu", ("p",), ("A", "t"))])["score"])
+    assert get_domain("mt_bench").score_outputs(["text"], mt) is None
+    assert not math.isnan(get_domain("mmlu").score_outputs(["A"], [Example("x", "mmlu", ("p",), ("A", "t"))])["score"])

@@ -633,3 +633,18 @@ def test_head_latency_reduction():
     full = NON_HEAD + 2 * HIDDEN * V
     assert head_latency_reduction(0, V, HIDDEN, NON_HEAD) == pytest.approx(2 * HIDDEN * V / full)
     assert head_latency_reduction(1000, V, HIDDEN, 0.0) == pytest.approx(1 - 1000 / V)
+
+
+def test_bfs_pool_takes_every_layer_within_tau_and_names_a_cap():
+    """Layer i's single skip loses 2% * i of both A and M: tau decides who enters the pool."""
+    def fn(c):
+        loss = sum(0.02 * i for i in c.skip_layers)
+        return 3.0 * (1 - loss), 0.8 * (1 - loss), 1.0 - 0.05 * len(c.skip_layers)
+
+    loose = run_search(BFSSearch(6, max_depth=2, tau=0.07), evaluate_callable(fn), progress=False)
+    assert loose.info["pool"] == [0, 1, 2, 3]  # losses 0, 2, 4, 6% <= 7%
+    strict = run_search(BFSSearch(6, max_depth=2, tau=0.03), evaluate_callable(fn), progress=False)
+    assert strict.info["pool"] == [0, 1]
+    capped = run_search(BFSSearch(6, max_depth=2, tau=0.07, max_pool=2), evaluate_callable(fn), progress=False)
+    assert capped.info["pool"] == [0, 1] and any("deviation" in note for note in capped.notes)
+    assert not any("deviation" in note for note in loose.notes)

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specsparse.metrics import get_metric_spec, score
 from specsparse.metrics.text import CHOICE_LETTERS, extract_choice_letter, extract_number
 
 ANSWER_FORMATS = ("text", "number", "choice")
@@ -67,6 +68,18 @@ class Domain:
             raise ValueError(f"input_template must contain '{{input}}', got {self.input_template!r}")
         if "{turn}" not in self.turn_template:
             raise ValueError(f"turn_template must contain '{{turn}}', got {self.turn_template!r}")
+
+    @property
+    def headline_metric(self) -> str | None:
+        """Name of the value `score` reports as "score" ("rougeL", "f1", ...); None without a metric."""
+        return None if self.metric is None else get_metric_spec(self.metric).headline
+
+    def score_outputs(self, outputs: Sequence[str], examples: Sequence[Example]) -> dict[str, float] | None:
+        """Extract each output's answer with this domain's rule and score it against the examples'
+        references (for a conversation, the last turn's output is the one scored)."""
+        if len(outputs) != len(examples):
+            raise ValueError(f"{len(outputs)} outputs but {len(examples)} examples")
+        return score(self.metric, [self.extract_answer(text) for text in outputs], [ex.references for ex in examples])
 
     def format_input(self, text: str) -> str:
         """The first user turn for a raw input text."""

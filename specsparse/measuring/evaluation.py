@@ -173,8 +173,12 @@ class Evaluator:
     # -- vocabulary trimming -------------------------------------------------------------------
     @functools.cached_property
     def token_counts(self) -> dict[int, int]:
-        """Token frequencies of the assistant side of this split: references, or, for a domain without
-        references, the dense target's own outputs."""
+        """Token frequencies of the assistant side of the *calibration* split, whatever this
+        evaluator's split: the vocabulary is chosen there, and the test split measures exactly those
+        ids. Texts: the references, or, for a domain without references, the dense target's own
+        outputs."""
+        if self.spec.split != "calibration":
+            return evaluator_for(self.spec.with_split("calibration")).token_counts
         texts = [ref for ex in self.examples for ref in ex.references[:1]]
         if not texts:
             dense = self.evaluate(Candidate(), progress=False)

@@ -16,10 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from specsparse.data.examples import Domain, Example
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -95,23 +92,4 @@ def score(
     return result
 
 
-def headline_metric(domain: str | Domain) -> str | None:
-    """Name of the value that `score` reports as "score" for a domain ("rougeL", "f1", ...); None
-    for a domain without a metric (mt_bench)."""
-    if isinstance(domain, str):
-        from specsparse.data.examples import get_domain  # noqa: PLC0415
-
-        domain = get_domain(domain)
-    return None if domain.metric is None else get_metric_spec(domain.metric).headline
-
-
-def score_outputs(domain: Domain, outputs: Sequence[str], examples: Sequence[Example]) -> dict[str, float] | None:
-    """Extract each output's answer with the domain's rule and score it against the example's
-    references (the last turn's output is the one scored)."""
-    if len(outputs) != len(examples):
-        raise ValueError(f"{len(outputs)} outputs but {len(examples)} examples")
-    predictions = [domain.extract_answer(text) for text in outputs]
-    return score(domain.metric, predictions, [ex.references for ex in examples])
-
-
-__all__ = ["METRICS", "MetricSpec", "get_metric_spec", "headline_metric", "load_metric", "score", "score_outputs"]
+__all__ = ["METRICS", "MetricSpec", "get_metric_spec", "load_metric", "score"]

@@ -203,26 +203,29 @@ class LayerSkipSearch(SearchStrategy):
         use_metric = "metric" in self.objectives and self.metric_uninformative() is None
         return active_objectives(self.dense, "accept" in self.objectives, use_metric)
 
-    def _holds(self, m: Measurement, use_accept: bool, use_metric: bool) -> bool:
-        """The constraints in use hold for `m`, under this search's feasibility rule."""
+    def _holds(self, m: Measurement, use_accept: bool, use_metric: bool, tolerance: float | None = None) -> bool:
+        """The constraints in use hold for `m` under this search's feasibility rule, with tolerances
+        eps_accept / eps_metric, or `tolerance` for both (the BFS pool's tau)."""
         assert self.dense is not None
+        eps_a = self.eps_accept if tolerance is None else tolerance
+        eps_m = self.eps_metric if tolerance is None else tolerance
         if self.feasibility == "point" or m.early_stopped:
-            return is_feasible(m, self.dense, self.eps_accept, self.eps_metric, use_accept, use_metric)
+            return is_feasible(m, self.dense, eps_a, eps_m, use_accept, use_metric)
         ratios = paired_ratios(self.dense, m)
         if ratios is None:  # not the same prompts as the dense baseline: nothing to pair
             return False
-        if use_accept and ratios.accept.low < 1 - self.eps_accept:
+        if use_accept and ratios.accept.low < 1 - eps_a:
             return False
-        return not (use_metric and (ratios.metric is None or ratios.metric.low < 1 - self.eps_metric))
+        return not (use_metric and (ratios.metric is None or ratios.metric.low < 1 - eps_m))
 
     def feasible(self, m: Measurement) -> bool:
         """The feasibility rule of this search (needs the dense baseline)."""
         return self._holds(m, *self._rule())
 
-    def passes_any(self, m: Measurement) -> bool:
-        """Permissive rule: at least one of the constraints in use holds (BFS candidate pool)."""
+    def passes_any(self, m: Measurement, tolerance: float | None = None) -> bool:
+        """Permissive rule: at least one of the constraints in use holds (the BFS candidate pool)."""
         use_a, use_m = self._rule()
-        return any(self._holds(m, a, b) for a, b in ((use_a, False), (False, use_m)) if a or b)
+        return any(self._holds(m, a, b, tolerance) for a, b in ((use_a, False), (False, use_m)) if a or b)
 
     def quality(self, m: Measurement, weight_accept: float = 0.5) -> float:
         """Retained quality: weight_accept * A/A0 + (1 - weight_accept) * M/M0 over the constraints in

@@ -1,8 +1,9 @@
 """Breadth-first search over skip sets (TSS, Algorithm 1).
 
 Level 0 measures the dense model, level 1 every single-layer skip. Layers whose single skip keeps
-*either* constraint (A >= (1-eps_A)A0 or M >= (1-eps_M)M0) form the candidate pool — permissive on
-purpose, because a layer that hurts one objective alone may still combine well. Level k = 2..max_depth
+*either* constraint within tau (A >= (1-tau)A0 or M >= (1-tau)M0; the paper sets tau = eps = 5%) form
+the candidate pool — permissive on purpose, because a layer that hurts one objective alone may still
+combine well. Level k = 2..max_depth
 measures every k-subset of the pool as one batch. A configuration is feasible only when *both*
 constraints hold; the search stops after max_depth or after a level with no feasible configuration.
 """
@@ -24,7 +25,9 @@ log = logging.getLogger(__name__)
 class BFSSearch(LayerSkipSearch):
     """TSS breadth-first search.
 
-    max_pool: keep at most this many pool layers (None: all). Pool layers are ranked by retained
+    tau: the pool's tolerance (None: eps_accept for A and eps_metric for M).
+    max_pool: keep at most this many pool layers (None: all, as in the paper; a cap is a deviation that
+        keeps deeper levels affordable on small machines). Pool layers are then ranked by retained
         quality of their single skip, `weight_accept * A/A0 + (1 - weight_accept) * M/M0` (the ratio in
         use when only one constraint applies), ties broken by lower (FLOPs) cost, then layer index: layers that
         cost least quality alone are the likeliest to stay feasible together, while the cost saved by one
@@ -48,15 +51,20 @@ class BFSSearch(LayerSkipSearch):
         feasibility: str = "point",
         metric_floor: float = 0.05,
         weight_accept: float = 0.5,
+        tau: float | None = 0.05,
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
                          feasibility, metric_floor)
         if max_pool is not None and max_pool < 1:
             raise ValueError(f"max_pool must be >= 1 or None, got {max_pool}")
+        if tau is not None and not 0 <= tau < 1:
+            raise ValueError(f"tau must be in [0, 1) or None, got {tau}")
+        self.tau = tau
         self.max_pool = max_pool
         self.weight_accept = weight_accept
         self.level = -1  # level of the batch last proposed (0 = dense)
         self.pool: tuple[int, ...] = ()
+        self.notes: list[str] = []
         self._done = False
 
     def ask(self) -> list[Candidate]:
@@ -88,13 +96,16 @@ class BFSSearch(LayerSkipSearch):
         singles = [
             (c.skip_layers[0], m)
             for c, m in self.measured.items()
-            if len(c.skip_layers) == 1 and self.passes_any(m)
+            if len(c.skip_layers) == 1 and self.passes_any(m, self.tau)
         ]
         ranked = sorted(singles, key=lambda lm: (-self.quality(lm[1], self.weight_accept), selection_cost(lm[1]), lm[0]))
         if self.max_pool is not None:
             ranked = ranked[: self.max_pool]
         pool = tuple(sorted(layer for layer, _ in ranked))
         log.info("bfs pool (%d of %d single skips): %s", len(pool), len(singles), pool)
+        if len(pool) < len(singles):
+            self.notes.append(f"pool capped at max_pool={self.max_pool} of {len(singles)} layers passing the OR rule "
+                              "(a deviation from the paper, which keeps them all)")
         return pool
 
     def feasibility_thresholds(self) -> Thresholds | None:
@@ -102,4 +113,5 @@ class BFSSearch(LayerSkipSearch):
 
     def select(self) -> Selection:
         sel = super().select()
-        return dataclasses.replace(sel, info={"pool": list(self.pool), "levels": max(self.level, 0)})
+        return dataclasses.replace(sel, notes=sel.notes + tuple(self.notes),
+                                   info={"pool": list(self.pool), "levels": max(self.level, 0)})

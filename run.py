@@ -14,7 +14,10 @@ A bad configuration value stops the job before any model loads, with one line on
 
 from __future__ import annotations
 
+import shutil
+import signal
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -28,29 +31,52 @@ CHOICE_GROUPS = ("model", "drafter", "domain", "search", "runner", "logger", "ex
 def main(cfg: DictConfig) -> None:
     from specsparse.decoding.models import ModelLoadError
     from specsparse.jobs.config import ConfigError, build_plan
-    from specsparse.jobs.job import run_plan
+    from specsparse.jobs.job import JobTerminated, run_plan
     from specsparse.jobs.outputs import results_table
+    from specsparse.jobs.store import StoreError
 
     hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
     choices = {g: str(v) for g, v in hydra_cfg.runtime.choices.items() if g in CHOICE_GROUPS and v is not None}
+    output_dir = Path(hydra_cfg.runtime.output_dir)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         config = OmegaConf.to_container(cfg, resolve=True)
-        plan = build_plan(
-            config,
-            output_dir=hydra_cfg.runtime.output_dir,
-            cwd=get_original_cwd(),
-            overrides=list(hydra_cfg.overrides.task),
-            choices=choices,
-        )
+        plan = build_plan(config, output_dir=output_dir, cwd=get_original_cwd(),
+                          overrides=list(hydra_cfg.overrides.task), choices=choices)
+    except ConfigError as err:
+        shutil.rmtree(output_dir, ignore_errors=True)  # nothing ran: leave no empty run folder behind
+        return _fail(f"error: {err}", multirun, output_dir)
+    try:
         job = run_plan(plan)
-    except (ConfigError, ModelLoadError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    except (ConfigError, ModelLoadError, StoreError) as err:
+        return _fail(f"error: {err}", multirun, output_dir)
+    except KeyboardInterrupt as err:
+        print(f"{'terminated' if isinstance(err, JobTerminated) else 'interrupted'}: {output_dir} "
+              "(finished measurements are in the store; rerun the same command to resume)", file=sys.stderr)
+        sys.exit(143 if isinstance(err, JobTerminated) else 130)
     print()
     print(results_table(job))
     print(f"outputs: {plan.output_dir}")
     print(f"results store: {plan.store_path}")
     print(f"tables and plots: specsparse report {plan.output_dir.parent if hydra_cfg.mode.name == 'MULTIRUN' else plan.output_dir}")
+
+
+def _fail(message: str, multirun: bool, output_dir: Path) -> None:
+    """One line on stderr. A single run exits 2; in a sweep the other jobs still run, and the sweep
+    lists its failed jobs and exits 2 at the end (specsparse.jobs.sweep.SweepFailures)."""
+    print(message, file=sys.stderr)
+    if not multirun:
+        sys.exit(2)
+    from specsparse.jobs.sweep import FAILED
+
+    FAILED.append(f"{output_dir.name}: {message}")
+
+
+def _terminate(signum, frame) -> None:
+    from specsparse.jobs.job import JobTerminated
+
+    raise JobTerminated()
 
 
 if __name__ == "__main__":

@@ -15,13 +15,21 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` via a temporary file in the same folder and `os.replace`, so readers
-    see either the old or the new file, never a partial one."""
+    see either the old or the new file, never a partial one. The file gets the permissions a plain
+    `open(path, "w")` would (0666 less the umask), not the temporary file's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -80,10 +88,15 @@ def utc_now() -> str:
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     """(line number, parsed record) for every non-blank line of a JSON-lines file. Raises ValueError
-    naming the file and line of invalid JSON, FileNotFoundError for a missing file."""
+    naming the file and line of invalid JSON or of bytes that are not UTF-8, FileNotFoundError for a
+    missing file."""
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{path}:{number}: not UTF-8 text: save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:

@@ -164,6 +164,15 @@ BAD = [
     (["logger.mode=sometimes"], "logger.mode"),
     (["drafter._target_=specsparse.drafters.nope.Nope"], "drafter._target_"),
     (["search._target_=specsparse.types.Candidate"], "search._target_"),
+    (["generation.max_new_tokens=1.5"], "generation.max_new_tokens"),
+    (["generation.temperature=hot"], "generation.temperature"),
+    (["+generation.beams=2"], "beams"),
+    (["seed=abc"], "seed"),
+    (["domain.split_seed=x"], "domain.split_seed"),
+    (["runner=ray", "runner.gpus_per_trial=abc"], "gpus_per_trial"),
+    (["domain.exclude_ids=[qa-001,no-such-id]"], "exclude_ids"),
+    (["tss.feasibility=median"], "feasibility"),
+    (["timing_prompts=0"], "timing_prompts"),
 ]
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsparse.data import DOMAINS, SOURCES
+from specsparse.data import DOMAINS, SOURCES, load_examples
 from specsparse.decoding.models import DTYPES
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
@@ -33,7 +33,7 @@ from specsparse.measuring.measure import MODES
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import Component, GenerationConfig
-from specsparse.util import first_line, locate
+from specsparse.util import first_line, is_int, is_number, locate
 
 GROUPS = ("model", "drafter", "domain", "search", "runner", "logger")
 
@@ -133,7 +133,7 @@ def build_plan(
         evaluate_test=bool(config.get("evaluate_test", True)),
         progress=bool(config.get("progress", True)),
         experiment=config.get("experiment_name"),
-        seed=int(config.get("seed", 0)),
+        seed=_integer(config, "seed"),
         choices=dict(choices or {}),
         config=dict(config),
         overrides=tuple(overrides),
@@ -203,13 +203,38 @@ def _check_device(device: str) -> None:
             raise ConfigError("model.device='mps' but MPS is not available on this machine: use model.device=cpu")
 
 
+_GENERATION_TYPES = {"max_new_tokens": int, "num_draft_tokens": int, "temperature": float, "seed": int,
+                     "stop_on_eos": bool}
+
+
 def _generation(cfg: Mapping[str, Any]) -> GenerationConfig:
+    unknown = sorted(set(cfg) - set(_GENERATION_TYPES))
+    if unknown:
+        raise ConfigError(f"generation: unknown option(s) {unknown}: use {', '.join(_GENERATION_TYPES)}")
+    for key, kind in _GENERATION_TYPES.items():
+        value = cfg.get(key)
+        if key in cfg and not _is_a(value, kind):
+            raise ConfigError(f"generation.{key}={value!r} must be {'a number' if kind is float else 'an ' + kind.__name__}")
     try:
         return GenerationConfig(**cfg)
-    except TypeError as err:
-        raise ConfigError(f"generation: {err}") from None
     except ValueError as err:
         raise ConfigError(f"generation: {err}") from None
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    """`value` is of `kind`, strictly: a bool is not an int, an int is a float."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return is_int(value)
+    return is_number(value)
+
+
+def _integer(config: Mapping[str, Any], key: str, name: str | None = None) -> int:
+    value = config.get(key, 0)
+    if not is_int(value):
+        raise ConfigError(f"{name or key}={value!r} must be an integer")
+    return value
 
 
 def _measure(cfg: Mapping[str, Any]) -> MeasureSpec:
@@ -322,7 +347,7 @@ def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainS
         options=dict(cfg.get("options") or {}),
         limit=limit,
         calibration_fraction=float(fraction),
-        split_seed=int(cfg.get("split_seed", 0)),
+        split_seed=_integer(cfg, "split_seed", "domain.split_seed"),
         exclude_ids=tuple(cfg.get("exclude_ids") or ()),
     )
     if source == "hf":  # loading may need the network; the job reports problems when it loads
@@ -336,6 +361,12 @@ def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainS
             f"domain {name} ({source}) gives {len(calibration)} calibration and {len(test)} test examples: "
             "raise domain.limit or change domain.calibration_fraction"
         )
+    if spec.exclude_ids:
+        known = {ex.id for ex in load_examples(name, source, path, limit=limit, **spec.options)}
+        unknown = sorted(set(spec.exclude_ids) - known)
+        if unknown:
+            raise ConfigError(f"domain.exclude_ids names {len(unknown)} id(s) the {source} set does not have, "
+                              f"e.g. {unknown[0]!r}: check the ids (or domain.limit)")
     return spec, data_fingerprint(calibration, test)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -210,10 +211,10 @@ def run_plan(plan: JobPlan) -> JobResult:
     start = time.time()
     record = reproduce_record(plan)
     _write_json(out / "reproduce.json", {**record, "status": "running"})
-    store = ResultsStore(plan.store_path)
-    runner = logger = None
+    store = runner = logger = None
     status = "failed"
     try:
+        store = ResultsStore(plan.store_path)
         try:
             runner = plan.runner.build(output_dir=out)
         except ValueError as err:  # e.g. GPUs the cluster does not have: before any model loads
@@ -245,17 +246,22 @@ def run_plan(plan: JobPlan) -> JobResult:
             logger.finish(job, model=plan.model.name, num_layers=job.num_layers)
         status = "finished"
         return job
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (run.py turns it into JobTerminated)
+        status = "terminated" if isinstance(sys.exc_info()[1], JobTerminated) else "interrupted"
         raise
     finally:
         if logger is not None:
             logger.close(ok=status == "finished")
         if runner is not None:
             runner.close()
-        store.close()
+        if store is not None:
+            store.close()
         record.update(status=status, finished=utc_now(), wall_time_s=round(time.time() - start, 3))
         _write_json(out / "reproduce.json", record)
+
+
+class JobTerminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the job records "terminated" and cleans up."""
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -91,6 +91,10 @@ def _freeze(v: Any) -> Any:
 
 
 
+class StoreError(RuntimeError):
+    """The store file cannot be used (not SQLite, truncated, corrupt); the message is one line."""
+
+
 class ResultsStore:
     """Append-only SQLite store of Measurements.
 
@@ -107,10 +111,22 @@ class ResultsStore:
         self._lock = threading.Lock()
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per put.
         self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        # NORMAL is crash-safe for process death in WAL mode (only power loss can drop the last commits).
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(_SCHEMA)
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is crash-safe for process death in WAL mode (only power loss can drop the last commits).
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+            # quick_check reads every page once (well under a second for 10k rows): damage shows now,
+            # not in the middle of a sweep.
+            problem = self._conn.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as err:
+            problem = str(err)
+        if problem != "ok":
+            self._conn.close()
+            raise StoreError(
+                f"results store {self.path} is damaged ({problem}): move it aside and rerun "
+                "(measurements are remeasured), or point paths.store at another file"
+            )
 
     # -- single measurements -------------------------------------------------------------------
     def get(self, key: str) -> Measurement | None:

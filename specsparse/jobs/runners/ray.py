@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from specsparse.jobs.runners import OnResult
 from specsparse.jobs.store import measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
+from specsparse.util import is_int, is_number
 
 if TYPE_CHECKING:
     from specsparse.measuring.evaluation import EvaluationSpec
@@ -192,8 +193,10 @@ class RayRunner:
         num_workers: int = 2, gpus_per_trial: float = 0, cpus_per_trial: float = 1, address: str | None = None, **_: Any
     ) -> None:
         """Validate the options without starting Ray (RayResourceError or ValueError, one line)."""
-        if not isinstance(num_workers, int) or num_workers < 1:
+        if not is_int(num_workers) or num_workers < 1:
             raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+        if not is_number(gpus_per_trial) or not is_number(cpus_per_trial):
+            raise ValueError(f"gpus_per_trial and cpus_per_trial must be numbers, got {gpus_per_trial!r}, {cpus_per_trial!r}")
         if gpus_per_trial < 0 or cpus_per_trial <= 0:
             raise ValueError(f"need gpus_per_trial >= 0 and cpus_per_trial > 0, got {gpus_per_trial}, {cpus_per_trial}")
         if gpus_per_trial > 0 and address is None and not os.environ.get("RAY_ADDRESS"):

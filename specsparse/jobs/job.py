@@ -95,7 +95,7 @@ class JobResult:
 
     def held_out(self) -> dict[str, Any]:
         """Whether the selection held on the test split: measured speedup over dense > 1 (with its
-        interval) and the test metric within eps_metric of dense (when the metric is informative)."""
+        interval) and the test metric within eps_metric of dense."""
         s = self.search_result
         if s.selected == s.baseline:
             return {"verdict": "dense selected", "reasons": ["the search kept the dense target"]}
@@ -107,9 +107,8 @@ class JobResult:
             reasons.append(f"measured test speedup {point:.2f}x [{low:.2f}-{high:.2f}] is not above 1")
         elif low <= 1:
             reasons.append(f"speedup {point:.2f}x but its 95% interval [{low:.2f}-{high:.2f}] includes 1")
-        uninformative = any(note.startswith("metric uninformative") for note in s.notes)
         dense_m, selected_m = self.test_dense.metric, self.test_selected.metric
-        if dense_m is not None and not uninformative:
+        if dense_m is not None:
             ratio = (selected_m or 0.0) / dense_m if dense_m > 0 else 1.0
             if ratio < 1 - self.eps_metric:
                 reasons.append(f"test metric {selected_m:.3f} vs dense {dense_m:.3f}: {ratio:.2f}x, "

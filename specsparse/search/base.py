@@ -23,6 +23,7 @@ from specsparse.search.pareto import (
 from specsparse.types import Candidate, Measurement
 
 FEASIBILITY_RULES = ("point", "lower_bound")
+UNINFORMATIVE_BELOW = 0.05  # a dense metric whose 95% interval reaches below this cannot discriminate
 NOTE_METRIC_UNDEFINED = "metric undefined: acceptance-only rules"
 NOTE_DENSE_SELECTED = "no feasible configuration cheaper than dense: dense selected"
 
@@ -123,10 +124,12 @@ class LayerSkipSearch(SearchStrategy):
     feasibility: "point" (the papers' rule: A >= (1-eps_A)A0 and M >= (1-eps_M)M0 on point estimates)
         or "lower_bound" (a deviation: the lower ends of the paired-bootstrap 95% intervals of A/A0 and
         M/M0 over the calibration prompts must reach 1 - eps; see `specsparse.measuring.intervals`).
-    metric_floor: the metric constrains only when it is informative: when the lower end of the dense
-        metric's 95% interval is at least `metric_floor`. Otherwise the rule uses accept length alone
-        and the selection carries a "metric uninformative" note (a deviation from the papers, which
-        always constrain on the metric; set 0 to always constrain).
+    metric_floor: a metric whose dense 95% interval reaches below `metric_floor` stops constraining:
+        the rule then uses accept length alone (a deviation from the papers, which always constrain;
+        the default 0 keeps their rule). Either way, a dense metric whose interval reaches below
+        UNINFORMATIVE_BELOW gets a "metric uninformative" note in the selection, so a constraint that
+        rests on noise is never silent. Dropping it is risky: a skip set that degrades the output into
+        repetitions raises accept length (experiments/tss_main/README.md has a measured case).
     """
 
     context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)
@@ -145,7 +148,7 @@ class LayerSkipSearch(SearchStrategy):
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
         feasibility: str = "point",
-        metric_floor: float = 0.05,
+        metric_floor: float = 0.0,
     ) -> None:
         if feasibility not in FEASIBILITY_RULES:
             raise ValueError(f"feasibility must be one of {FEASIBILITY_RULES}, got {feasibility!r}")
@@ -185,22 +188,34 @@ class LayerSkipSearch(SearchStrategy):
         """The dense baseline measurement, once told."""
         return self.measured.get(self.dense_candidate)
 
-    def metric_uninformative(self) -> str | None:
-        """Why the dense metric cannot constrain (a note), or None when it can."""
+    def _dense_metric_low(self) -> float | None:
+        """Lower end of the dense metric's 95% interval (its point without per-prompt scores)."""
         dense = self.dense
         if dense is None or dense.metric is None or "metric" not in self.objectives:
             return None
         interval = metric_interval(dense)
-        low = dense.metric if interval is None else interval.low
-        if low >= self.metric_floor:
+        return dense.metric if interval is None else interval.low
+
+    def metric_dropped(self) -> bool:
+        """The dense metric reaches below metric_floor, so it does not constrain."""
+        low = self._dense_metric_low()
+        return low is not None and low < self.metric_floor
+
+    def metric_uninformative(self) -> str | None:
+        """A note when the dense metric cannot discriminate (its interval reaches below
+        UNINFORMATIVE_BELOW), saying whether it still constrains; None otherwise."""
+        low = self._dense_metric_low()
+        if low is None or low >= UNINFORMATIVE_BELOW:
             return None
-        shown = f"{dense.metric:.3f}" if interval is None else str(interval)
-        return (f"metric uninformative: dense metric {shown} reaches below metric_floor={self.metric_floor:g} "
-                "(95% interval over the calibration prompts); constraining on accept length only")
+        interval = metric_interval(self.dense)
+        shown = f"{self.dense.metric:.3f}" if interval is None else str(interval)
+        effect = ("it does not constrain (metric_floor): accept length only" if self.metric_dropped()
+                  else "the metric constraint rests on noise")
+        return f"metric uninformative: dense metric {shown} reaches below {UNINFORMATIVE_BELOW:g}; {effect}"
 
     def _rule(self) -> tuple[bool, bool]:
         assert self.dense is not None
-        use_metric = "metric" in self.objectives and self.metric_uninformative() is None
+        use_metric = "metric" in self.objectives and not self.metric_dropped()
         return active_objectives(self.dense, "accept" in self.objectives, use_metric)
 
     def _holds(self, m: Measurement, use_accept: bool, use_metric: bool, tolerance: float | None = None) -> bool:

@@ -49,7 +49,7 @@ class BFSSearch(LayerSkipSearch):
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
         feasibility: str = "point",
-        metric_floor: float = 0.05,
+        metric_floor: float = 0.0,
         weight_accept: float = 0.5,
         tau: float | None = 0.05,
     ) -> None:

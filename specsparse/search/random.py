@@ -39,7 +39,7 @@ class RandomSearch(LayerSkipSearch):
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
         feasibility: str = "point",
-        metric_floor: float = 0.05,
+        metric_floor: float = 0.0,
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
                          feasibility, metric_floor)

@@ -242,6 +242,9 @@ def add_runtime_commands(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-queue", type=int, default=8, help="requests that may wait; more get 503")
     serve.add_argument("--max-tokens-limit", type=int, default=1024, help="largest max_tokens a request may ask")
     serve.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt accepted (tokens)")
+    serve.add_argument("--api-key", default=None,
+                       help="require 'Authorization: Bearer KEY' on /v1/* (default: $SPECSPARSE_API_KEY, else none)")
+    serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without an API key")
     serve.set_defaults(func=run_serve)
 
 
@@ -261,6 +264,18 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-draft-tokens", type=int, default=5)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+
+
+def _check_generation_options(args: argparse.Namespace) -> None:
+    """The generation options, before any model loads."""
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.num_draft_tokens < 0:
+        raise ValueError(f"--num-draft-tokens must be >= 0, got {args.num_draft_tokens}")
+    if args.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.min_confidence is not None and not 0 <= args.min_confidence <= 1:
+        raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
 
 
 def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):
@@ -326,6 +341,7 @@ def run_generate(args: argparse.Namespace) -> int:
     """Generate a reply for one prompt, or for every record of --prompts with a summary table."""
     from tqdm import tqdm  # noqa: PLC0415
 
+    _check_generation_options(args)
     if args.prompts and args.domain:
         raise ValueError("--domain applies to a single prompt; put \"domain\" in the --prompts records instead")
     records = read_prompt_records(args.prompts) if args.prompts else [PromptRecord((args.prompt,), args.domain)]
@@ -369,12 +385,19 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve the OpenAI-compatible API until interrupted."""
     from specsparse.serving.server import make_server  # noqa: PLC0415
 
-    if args.max_queue < 0:
-        raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
+    _check_generation_options(args)
+    for name, value, low in (("--max-queue", args.max_queue, 0), ("--max-tokens-limit", args.max_tokens_limit, 1),
+                             ("--max-prompt-tokens", args.max_prompt_tokens, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    api_key = args.api_key or os.environ.get("SPECSPARSE_API_KEY")
     controller = _controller(args, args.max_prompt_tokens)
     server = make_server(controller, args.host, args.port, args.max_queue, model_name=args.model,
-                         default_max_tokens=args.max_new_tokens, max_tokens_limit=args.max_tokens_limit,
-                         num_draft_tokens=args.num_draft_tokens)
+                         insecure=args.insecure, default_max_tokens=args.max_new_tokens,
+                         max_tokens_limit=args.max_tokens_limit, num_draft_tokens=args.num_draft_tokens,
+                         api_key=api_key)
     print(f"specsparse: serving {args.model} on {server.url} (domains: {', '.join(controller.domains)}); "
           "Ctrl-C stops", file=sys.stderr)
     try:

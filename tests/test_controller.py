@@ -211,6 +211,22 @@ def test_cli_generate_single_prompt_and_errors(map_file, capsys, tmp_path):
     assert len(lines) == 4 and "Traceback" not in err and "unknown domain 'nope'" in lines[0]
 
 
+@pytest.mark.parametrize("option,needle", [
+    (["--num-draft-tokens", "-1"], "--num-draft-tokens"),
+    (["--max-new-tokens", "0"], "--max-new-tokens"),
+    (["--port", "99999"], "--port"),
+    (["--max-queue", "-1"], "--max-queue"),
+    (["--temperature", "-0.5"], "--temperature"),
+    (["--host", "0.0.0.0", "--port", "0"], "API key"),
+])
+def test_cli_serve_checks_every_option_before_serving(map_file, capsys, option, needle):
+    from specsparse.cli import main
+
+    assert main(["serve", "--config-map", str(map_file), "--model", "tiny", *option]) == 2
+    err = capsys.readouterr().err
+    assert err.count("specsparse: error:") == 1 and needle in err and "Traceback" not in err
+
+
 def test_cli_generate_prompts_file_summary(map_file, capsys, tmp_path):
     from specsparse.cli import main
 

@@ -150,6 +150,7 @@ def test_health_and_models(server):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "domain": "nope"}, "domain"),
     ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
     ("/v1/completions", {"prompt": "hi", "seed": 1.5}, "seed"),
+    ("/v1/completions", {"prompt": "hi", "seed": 2**70, "temperature": 0.7}, "seed"),
 ])
 def test_bad_requests_answer_400(server, path, body, param):
     status, answer = call(server, path, body)
@@ -213,3 +214,57 @@ def test_full_queue_answers_503_at_once(controller):
     finally:
         gated.gate.set()
         stop(server)
+
+
+def test_api_key_guards_the_api_but_not_health(controller):
+    server = start(controller, api_key="s3cret")
+    try:
+        body = {"prompt": "hello", "max_tokens": 2}
+        status, answer = call(server, "/v1/completions", body)
+        assert status == 401 and answer["error"]["code"] == "invalid_api_key"
+        assert call(server, "/v1/models")[0] == 401 and call(server, "/health")[0] == 200
+        request = urllib.request.Request(server.url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json", "Authorization": "Bearer s3cret"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        stop(server)
+
+
+def test_bad_server_settings_fail_before_serving(controller):
+    with pytest.raises(ValueError, match="port"):
+        make_server(controller, "127.0.0.1", 99999)
+    with pytest.raises(ValueError, match="API key"):
+        make_server(controller, "0.0.0.0", 0)
+    make_server(controller, "0.0.0.0", 0, insecure=True).server_close()
+
+
+def test_a_burst_gets_200_or_503_and_silent_clients_are_cut_off(controller):
+    """120 concurrent requests on loopback: every answer is 200 or 503 (no connection resets), and a
+    client that sends half a request is disconnected after the client timeout."""
+    import socket
+
+    server = start(controller, max_queue=4, client_timeout_s=1.0)
+    try:
+        silent = socket.create_connection(server.server_address[:2])
+        silent.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+        body = {"prompt": "hi", "max_tokens": 2}
+        with ThreadPoolExecutor(120) as pool:
+            statuses = list(pool.map(lambda _: _status(server, body), range(120)))
+        assert set(statuses) <= {200, 503} and statuses.count(200) >= 5, statuses
+        silent.settimeout(5)  # long after the server's 1 s client timeout
+        assert silent.recv(1024).startswith(b"HTTP/1.0 408")
+        silent.close()
+        assert call(server, "/health")[0] == 200
+    finally:
+        stop(server)
+
+
+def _status(server, body) -> int:
+    request = urllib.request.Request(server.url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code

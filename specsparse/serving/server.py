@@ -25,8 +25,10 @@ Semantics of the subset:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 ROLES = ("system", "user", "assistant")
+MAX_CONNECTIONS = 64  # client connections served at once (the rest get 503)
 COMMON_FIELDS = {"model", "max_tokens", "temperature", "stream", "seed", "domain"}
 
 
@@ -79,6 +82,8 @@ class ServerSettings:
     default_max_tokens: int = 128
     max_tokens_limit: int = 1024
     num_draft_tokens: int = 5
+    api_key: str | None = None  # when set, /v1/* requests need "Authorization: Bearer <api_key>"
+    client_timeout_s: float = 30.0  # a client that sends nothing for this long is cut off
 
 
 def _invalid(message: str, param: str | None = None) -> ApiError:
@@ -113,8 +118,8 @@ def parse_request(body: dict[str, Any], kind: str, settings: ServerSettings) -> 
         raise _invalid(f"'stream' must be a boolean, got {stream!r}", "stream")
     seed = body.get("seed", 0)
     seed = 0 if seed is None else seed
-    if not is_int(seed):
-        raise _invalid(f"'seed' must be an integer, got {seed!r}", "seed")
+    if not is_int(seed) or not 0 <= seed < 2**63:
+        raise _invalid(f"'seed' must be an integer in [0, 2**63), got {seed!r}", "seed")
     domain = body.get("domain")
     if domain is not None and not isinstance(domain, str):
         raise _invalid(f"'domain' must be a string, got {domain!r}", "domain")
@@ -224,6 +229,7 @@ class SpecsparseServer(ThreadingHTTPServer):
     """A threading HTTP server owning the controller and the bounded request queue."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: a burst waits for accept() instead of being reset
 
     def __init__(self, address: tuple[str, int], controller: Controller, settings: ServerSettings) -> None:
         super().__init__(address, RequestHandler)
@@ -234,6 +240,26 @@ class SpecsparseServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(settings.max_queue + 1)
         self._count_lock = threading.Lock()
         self.in_flight = 0
+        # Connection threads (each holds one client, for at most client_timeout_s when it is silent).
+        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread per connection, at most MAX_CONNECTIONS; beyond that the client gets 503 at once."""
+        if not self._connections.acquire(blocking=False):
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
+                                b"Connection: close\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
 
     @property
     def url(self) -> str:
@@ -279,8 +305,23 @@ class RequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
         log.info("%s %s", self.address_string(), format % args)
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.settings.client_timeout_s)  # slow or silent clients are cut off
+
+    def _authorized(self) -> bool:
+        """True when no key is set or the request carries it; otherwise answers 401."""
+        key = self.server.settings.api_key
+        if key is None or self.headers.get("Authorization", "") == f"Bearer {key}":
+            return True
+        self._send_error(ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                                  "authentication_error", code="invalid_api_key"))
+        return False
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path != "/health" and not self._authorized():
+            return
         if path == "/health":
             self._send_json(200, self.server.health())
         elif path == "/v1/models":
@@ -294,6 +335,8 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._authorized():
+            return
         kinds = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
         writer: StreamWriter | None = None
         try:
@@ -329,7 +372,12 @@ class RequestHandler(BaseHTTPRequestHandler):
             raise ApiError(411, "a Content-Length header is required", "invalid_request_error")
         if int(length) > MAX_BODY_BYTES:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
-        raw = self.rfile.read(int(length))
+        try:
+            raw = self.rfile.read(int(length))
+        except TimeoutError:
+            self.close_connection = True
+            raise ApiError(408, f"request body not received within {self.server.settings.client_timeout_s:g} s",
+                           "invalid_request_error") from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -356,12 +404,24 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._send_json(err.status, err.body(), headers)
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
 def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8,
-                model_name: str | None = None, **settings: Any) -> SpecsparseServer:
+                model_name: str | None = None, insecure: bool = False, **settings: Any) -> SpecsparseServer:
     """A bound (not yet serving) server; port 0 picks a free port (see `.url`). Call
     `serve_forever()` (e.g. in a thread) and `shutdown()` / `server_close()` when done."""
     if max_queue < 0:
         raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be in 0..65535, got {port}")
+    if settings.get("api_key") is None and not _loopback(host) and not insecure:
+        raise ValueError(f"refusing to serve on {host} without an API key: give --api-key (or --insecure "
+                         "to serve without one)")
     name = model_name or str(controller.target.identity.get("name", "specsparse"))
     return SpecsparseServer((host, port), controller, ServerSettings(name, max_queue, **settings))
 

@@ -260,6 +260,8 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-confidence", type=float, default=None,
                         help="router confidence below which the dense target serves (default 0.6)")
     parser.add_argument("--vocab-ids", metavar="FILE.json", help="trimmed draft vocabularies {domain: [ids]}")
+    parser.add_argument("--force-map", action="store_true",
+                        help="apply a config map made for another model (its recorded identity differs)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--num-draft-tokens", type=int, default=5)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -285,7 +287,7 @@ def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):
         model=args.model, config_map=args.config_map, drafter=args.drafter, dtype=args.dtype,
         router_examples=None if args.router == "none" else args.router, router_kind=args.router_kind,
         min_confidence=DEFAULT_MIN_CONFIDENCE if args.min_confidence is None else args.min_confidence,
-        vocab_ids=args.vocab_ids, max_prompt_tokens=max_prompt_tokens,
+        vocab_ids=args.vocab_ids, max_prompt_tokens=max_prompt_tokens, force_map=args.force_map,
     )
 
 

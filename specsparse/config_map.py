@@ -82,6 +82,20 @@ class ConfigMap:
     drafter: str | None = None
     created: str = field(default_factory=utc_now)
     specsparse_version: str = __version__
+    model_identity: dict[str, Any] | None = None  # the weights' fingerprint (dtype aside) the map was made on
+
+    def identity_mismatch(self, identity: Mapping[str, Any]) -> str | None:
+        """Why a model with `identity` is not the one this map was made for, or None. Weight
+        fingerprints (file hashes, tiny-model settings) decide when both have them, else the name."""
+        if not self.model_identity:
+            return None
+        mine = {k: v for k, v in self.model_identity.items() if k != "dtype"}
+        theirs = {k: v for k, v in identity.items() if k != "dtype"}
+        shared = (set(mine) & set(theirs)) - {"name"} or {"name"} & set(mine) & set(theirs)
+        differing = sorted(k for k in shared if mine[k] != theirs[k])
+        if not differing:
+            return None
+        return "; ".join(f"{k}: map {mine[k]!r}, model {theirs[k]!r}" for k in differing)
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -97,6 +111,7 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
         "model": cm.model,
         "num_layers": cm.num_layers,
         "drafter": cm.drafter,
+        "model_identity": cm.model_identity,
         "domains": {
             name: {
                 "skip_layers": list(d.skip_layers),
@@ -223,7 +238,10 @@ class _Checker:
 
     def config_map(self, v: Any) -> ConfigMap:
         v = self.mapping(v, "top level", {"model", "num_layers", "domains"},
-                         {"drafter", "created", "specsparse_version"})
+                         {"drafter", "created", "specsparse_version", "model_identity"})
+        identity = v.get("model_identity")
+        if identity is not None and not isinstance(identity, Mapping):
+            raise self.fail("model_identity", f"expected a mapping, got {identity!r}")
         if not isinstance(v["model"], str):
             raise self.fail("model", f"expected a string, got {v['model']!r}")
         num_layers = v["num_layers"]
@@ -247,6 +265,7 @@ class _Checker:
             drafter=v.get("drafter"),
             created=v.get("created") or "",
             specsparse_version=v.get("specsparse_version") or "",
+            model_identity=None if identity is None else dict(identity),
         )
 
 
@@ -282,8 +301,10 @@ def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     if not maps:
         raise ConfigMapError("no config maps to merge")
     models = {(cm.model, cm.num_layers) for cm in maps}
-    if len(models) > 1:
-        raise ConfigMapError(f"maps of different models cannot be merged: {sorted(models)}; merge the maps of one model")
+    mismatch = next((m for cm in maps[1:] if cm.model_identity and (m := maps[0].identity_mismatch(cm.model_identity))), None)
+    if len(models) > 1 or mismatch:
+        raise ConfigMapError(f"maps of different models cannot be merged: {mismatch or sorted(models)}; "
+                             "merge the maps of one model")
     drafters = {cm.drafter for cm in maps}
     if len(drafters) > 1:
         log.warning("merged maps used different drafters %s: the map names %s", sorted(map(str, drafters)), maps[0].drafter)
@@ -291,4 +312,5 @@ def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     for cm in maps:
         domains.update(cm.domains)
     model, num_layers = next(iter(models))
-    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=maps[0].drafter)
+    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=maps[0].drafter,
+                     model_identity=maps[0].model_identity)

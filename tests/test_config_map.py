@@ -56,7 +56,7 @@ def test_write_accepts_either_file_name(tmp_path):
     y, j = write_config_map(tmp_path / "m.json", sample_map())
     assert y == tmp_path / "m.yaml" and j == tmp_path / "m.json"
     assert list(config_map_to_dict(sample_map())) == [
-        "specsparse_version", "created", "model", "num_layers", "drafter", "domains",
+        "specsparse_version", "created", "model", "num_layers", "drafter", "model_identity", "domains",
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -246,3 +247,13 @@ def test_cli_generate_prompts_file_summary(map_file, capsys, tmp_path):
     prompts.write_text('{"prompt": 3}\n')
     assert main(["generate", "--config-map", str(map_file), "--model", "tiny", "--prompts", str(prompts)]) == 2
     assert "prompts.jsonl:1" in capsys.readouterr().err
+
+
+def test_a_map_made_for_another_model_is_refused_unless_forced(tiny):
+    other = {"name": "tiny", "num_layers": 4, "hidden_size": 64, "seed": 99}  # same depth, other weights
+    cmap = dataclasses.replace(make_map(translation=domain_config((1,))), model_identity=other)
+    with pytest.raises(ControllerError, match="another model.*seed"):
+        Controller(tiny, cmap, drafter_factory("pld"))
+    Controller(tiny, cmap, drafter_factory("pld"), force_map=True)
+    own = dataclasses.replace(cmap, model_identity={**tiny.identity, "dtype": "bfloat16"})  # dtype aside
+    Controller(tiny, own, drafter_factory("pld"))

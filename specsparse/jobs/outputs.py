@@ -35,6 +35,7 @@ def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
         num_layers=job.num_layers,
         domains={job.domain: domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids)},
         drafter=calibration.spec.drafter.name,
+        model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
     )
     write_config_map(out / "config_map", config_map)
     write_measurements_csv(out / "measurements.csv", job.search_result)

@@ -126,6 +126,7 @@ class Controller:
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
         vocab_ids: Mapping[str, Sequence[int]] | None = None,
         max_prompt_tokens: int | None = None,
+        force_map: bool = False,
     ) -> None:
         self.target = target
         self.config_map = config_map
@@ -133,7 +134,7 @@ class Controller:
         self.min_confidence = float(min_confidence)
         self.max_context = int(getattr(target.model.config, "max_position_embeddings", 0) or 0) or None
         self.max_prompt_tokens = max_prompt_tokens
-        self.vocab_ids = _validate(target, config_map, vocab_ids or {})
+        self.vocab_ids = _validate(target, config_map, vocab_ids or {}, force_map)
         self.drafter_factory = drafter_factory
         self._lock = threading.Lock()
         # One drafter per distinct vocabulary (built now, so a drafter that cannot take a trimmed
@@ -168,19 +169,22 @@ class Controller:
         vocab_ids: str | os.PathLike | None = None,
         max_prompt_tokens: int | None = None,
         drafter_options: Mapping[str, Any] | None = None,
+        force_map: bool = False,
     ) -> Controller:
         """Load the target and the config map, and build the router.
 
-        router_examples: "builtin" (fit on the calibration split of the built-in domains), a saved router (.json, see `DomainRouter.save`), a JSONL file of
-            {"domain", "prompt" | "turns"} prompts to fit on, or None (tags only; untagged -> dense).
+        router_examples: "builtin" (fit on the calibration split of the built-in domains), a saved
+            router (.json, see `DomainRouter.save`), a JSONL file of {"domain", "prompt" | "turns"}
+            prompts to fit on, or None (tags only; untagged -> dense).
         vocab_ids: JSON file {domain: [token id, ...]} with the trimmed draft vocabularies.
+        force_map: apply a map that records another model's identity (otherwise an error).
         """
         cmap = load_config_map(config_map)
         factory = drafter_factory(drafter, **(drafter_options or {}))
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype)
         router = _build_router(router_examples, router_kind, target)
-        return cls(target, cmap, factory, router, min_confidence, ids, max_prompt_tokens)
+        return cls(target, cmap, factory, router, min_confidence, ids, max_prompt_tokens, force_map)
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, prompt: Prompt, domain: str | None = None) -> Route:
@@ -298,10 +302,14 @@ class TextStream:
 
 
 def _validate(
-    target: LoadedModel, cmap: ConfigMap, vocab_ids: Mapping[str, Sequence[int]]
+    target: LoadedModel, cmap: ConfigMap, vocab_ids: Mapping[str, Sequence[int]], force_map: bool = False
 ) -> dict[str, tuple[int, ...]]:
     """Check the map against the model; return the usable vocabulary ids per domain (sorted)."""
     name = target.identity.get("name", "target")
+    mismatch = cmap.identity_mismatch(target.identity)
+    if mismatch and not force_map:
+        raise ControllerError(f"config map was made for another model ({mismatch}): use the map made for this "
+                              "model, or --force-map to apply it anyway")
     if cmap.num_layers != target.num_layers:
         raise ControllerError(
             f"config map is for a {cmap.num_layers}-layer model ({cmap.model}) but {name!r} has "

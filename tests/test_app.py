@@ -172,6 +172,8 @@ BAD = [
     (["runner=ray", "runner.gpus_per_trial=abc"], "gpus_per_trial"),
     (["domain.exclude_ids=[qa-001,no-such-id]"], "exclude_ids"),
     (["tss.feasibility=median"], "feasibility"),
+    (["runner=ray", "runner.address=127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
+    (["runner=ray", "runner.address=nonsense"], "HOST:PORT"),
     (["timing_prompts=0"], "timing_prompts"),
 ]
 

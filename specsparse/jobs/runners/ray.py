@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -80,6 +81,19 @@ def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
 
 def candidate_from_dict(data: dict[str, Any]) -> Candidate:
     return Candidate(tuple(data["skip_layers"]), data.get("vocab_size"))
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail at once, in one line, when nothing listens at a cluster address (Ray itself retries the
+    GCS for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"runner.address={address!r}: give HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise RayResourceError(f"no Ray cluster answers at {address} ({err.strerror or err}): start one with "
+                               "`ray start --head` or fix runner.address") from None
 
 
 # -- the worker actor ------------------------------------------------------------------------------
@@ -199,6 +213,8 @@ class RayRunner:
             raise ValueError(f"gpus_per_trial and cpus_per_trial must be numbers, got {gpus_per_trial!r}, {cpus_per_trial!r}")
         if gpus_per_trial < 0 or cpus_per_trial <= 0:
             raise ValueError(f"need gpus_per_trial >= 0 and cpus_per_trial > 0, got {gpus_per_trial}, {cpus_per_trial}")
+        if address not in (None, "auto", "local"):
+            _probe(address)
         if gpus_per_trial > 0 and address is None and not os.environ.get("RAY_ADDRESS"):
             import torch  # noqa: PLC0415
 

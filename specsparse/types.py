@@ -104,6 +104,7 @@ class Measurement:
     per_prompt: tuple[PromptResult, ...] = field(default=(), compare=False)
     verified_tokens: int = 0
     chunk_counts: tuple[int, ...] = ()
+    verify_cost: float = 0.0  # modeled seconds per verification step (the papers' selection cost)
 
 
 @dataclass(frozen=True)

@@ -648,3 +648,17 @@ def test_bfs_pool_takes_every_layer_within_tau_and_names_a_cap():
     capped = run_search(BFSSearch(6, max_depth=2, tau=0.07, max_pool=2), evaluate_callable(fn), progress=False)
     assert capped.info["pool"] == [0, 1] and any("deviation" in note for note in capped.notes)
     assert not any("deviation" in note for note in loose.notes)
+
+
+def test_the_papers_selection_drops_what_accept_and_metric_dominate_then_takes_the_cheapest_step():
+    def m(a, metric, per_token, per_step):
+        return Measurement(a, metric, per_token, 1.0, 0.0, 10, 5, 0.0, verify_cost=per_step)
+
+    table = {(): m(2.0, 0.50, 0.50, 1.00), (1,): m(1.96, 0.49, 0.45, 0.90), (2,): m(2.10, 0.50, 0.46, 0.95)}
+    fn = lambda c: table.get(c.skip_layers, m(1.0, 0.1, 0.9, 0.9))  # noqa: E731
+    per_token = run_search(BFSSearch(3, max_depth=1), evaluate_callable(fn), progress=False)
+    assert per_token.selected == Candidate((1,))  # cheapest per generated token, within 5%
+    paper = run_search(BFSSearch(3, max_depth=1, select="verify_cost"), evaluate_callable(fn), progress=False)
+    assert paper.selected == Candidate((2,))  # skip[1] is dominated in (A, M) by dense; skip[2] dominates dense
+    with pytest.raises(ValueError, match="select"):
+        BFSSearch(3, select="fastest")

@@ -204,11 +204,12 @@ def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = 5) -
 
 
 def price(m: Measurement, profile: CostProfile, kept_layers: int, cost: DraftCost) -> Measurement:
-    """`m` with `cost` (modeled s/token) and `tokens_per_s` (modeled) from its step counts
-    (`chunk_counts[i]`: steps that verified i + 1 tokens)."""
+    """`m` with `cost` (modeled s/token), `tokens_per_s` (modeled) and `verify_cost` (modeled s per
+    verification step) from its step counts (`chunk_counts[i]`: steps that verified i + 1 tokens)."""
     if m.new_tokens == 0:
-        return replace(m, cost=0.0, tokens_per_s=0.0)
+        return replace(m, cost=0.0, tokens_per_s=0.0, verify_cost=0.0)
     verify = sum(n * profile.verify_time(kept_layers, i + 1) for i, n in enumerate(m.chunk_counts))
     draft = m.target_forwards * cost.per_step + (m.verified_tokens - m.target_forwards) * cost.per_token
     seconds = (verify + draft) / m.new_tokens
-    return replace(m, cost=seconds, tokens_per_s=1.0 / seconds if seconds > 0 else 0.0)
+    return replace(m, cost=seconds, tokens_per_s=1.0 / seconds if seconds > 0 else 0.0,
+                   verify_cost=verify / max(m.target_forwards, 1))

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from specsparse.measuring.intervals import metric_interval, paired_ratios
 from specsparse.search.pareto import (
+    SELECTION_RULES,
     Point,
     active_objectives,
     feasibility_thresholds,
@@ -130,6 +131,11 @@ class LayerSkipSearch(SearchStrategy):
         UNINFORMATIVE_BELOW gets a "metric uninformative" note in the selection, so a constraint that
         rests on noise is never silent. Dropping it is risky: a skip set that degrades the output into
         repetitions raises accept length (experiments/tss_main/README.md has a measured case).
+    select: how the pick is made among feasible configurations. "time_per_token" (default, a
+        deviation): the Pareto front over (A, M, modeled time per generated token), cheapest first,
+        which accounts for accept length. "verify_cost" (the paper's rule): drop what is dominated in
+        (A, M), then take the lowest modeled verification cost per step. Both come from the cost
+        profile, never from a stored timing.
     """
 
     context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)
@@ -149,7 +155,10 @@ class LayerSkipSearch(SearchStrategy):
         early_reject: bool = False,
         feasibility: str = "point",
         metric_floor: float = 0.0,
+        select: str = "time_per_token",
     ) -> None:
+        if select not in SELECTION_RULES:
+            raise ValueError(f"select must be one of {SELECTION_RULES}, got {select!r}")
         if feasibility not in FEASIBILITY_RULES:
             raise ValueError(f"feasibility must be one of {FEASIBILITY_RULES}, got {feasibility!r}")
         if not 0 <= metric_floor < 1:
@@ -175,6 +184,7 @@ class LayerSkipSearch(SearchStrategy):
         self.early_reject = early_reject
         self.feasibility = feasibility
         self.metric_floor = metric_floor
+        self.select_rule = select
         self.free_layers = tuple(i for i in range(num_layers) if i not in self.protect_layers)
         self.measured: dict[Candidate, Measurement] = {}
         self.dense_candidate = Candidate()
@@ -273,8 +283,10 @@ class LayerSkipSearch(SearchStrategy):
             notes.append(self.metric_uninformative())
         feasible = [(c, m) for c, m in self.measured.items() if self.feasible(m)]
         use_a, use_m = self._rule()
-        objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on] + ["cost"]
-        front = pareto_front(feasible, objectives)
+        objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on]
+        if self.select_rule == "time_per_token":  # the paper drops only what (A, M) dominate
+            objectives.append("cost")
+        front = pareto_front(feasible, objectives, self.select_rule)
         if not front:  # only possible when the dense measurement itself was early-stopped
             front = [(self.dense_candidate, dense)]
         selected = front[0][0]

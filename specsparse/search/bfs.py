@@ -50,11 +50,12 @@ class BFSSearch(LayerSkipSearch):
         early_reject: bool = False,
         feasibility: str = "point",
         metric_floor: float = 0.0,
+        select: str = "time_per_token",
         weight_accept: float = 0.5,
         tau: float | None = 0.05,
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
-                         feasibility, metric_floor)
+                         feasibility, metric_floor, select)
         if max_pool is not None and max_pool < 1:
             raise ValueError(f"max_pool must be >= 1 or None, got {max_pool}")
         if tau is not None and not 0 <= tau < 1:

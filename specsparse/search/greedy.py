@@ -39,9 +39,10 @@ class GreedySearch(LayerSkipSearch):
         early_reject: bool = False,
         feasibility: str = "point",
         metric_floor: float = 0.0,
+        select: str = "time_per_token",
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
-                         feasibility, metric_floor)
+                         feasibility, metric_floor, select)
         self.weight_accept = weight_accept
         self.current: tuple[int, ...] = ()
         self.path: list[tuple[int, ...]] = []

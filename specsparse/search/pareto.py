@@ -79,22 +79,26 @@ def is_feasible(
     return True
 
 
-def selection_cost(m: Measurement) -> float:
-    """The cost searches minimise: modeled time per generated token (see module doc)."""
-    return m.cost
+SELECTION_RULES = ("time_per_token", "verify_cost")
 
 
-def selection_key(point: Point) -> tuple:
+def selection_cost(m: Measurement, rule: str = "time_per_token") -> float:
+    """The cost a selection minimises: modeled time per generated token ("time_per_token", see the
+    module doc), or modeled time of one verification step ("verify_cost", the paper's rule)."""
+    return m.verify_cost if rule == "verify_cost" else m.cost
+
+
+def selection_key(point: Point, rule: str = "time_per_token") -> tuple:
     """Order used to pick one configuration: lowest cost, then more layers skipped, then higher
     accept length and metric, then the lexicographically smallest skip set, then the smaller
     vocabulary (None = full vocabulary last)."""
     c, m = point
     vocab = c.vocab_size if c.vocab_size is not None else float("inf")
     metric = m.metric if m.metric is not None else float("-inf")
-    return (selection_cost(m), -len(c.skip_layers), -m.accept_length, -metric, c.skip_layers, vocab)
+    return (selection_cost(m, rule), -len(c.skip_layers), -m.accept_length, -metric, c.skip_layers, vocab)
 
 
-def _vector(m: Measurement, use_metric: bool, use_accept: bool, use_cost: bool) -> tuple[float, ...]:
+def _vector(m: Measurement, use_metric: bool, use_accept: bool, use_cost: bool, rule: str) -> tuple[float, ...]:
     """Objective vector, every component to be maximised."""
     vec: list[float] = []
     if use_accept:
@@ -102,7 +106,7 @@ def _vector(m: Measurement, use_metric: bool, use_accept: bool, use_cost: bool) 
     if use_metric:
         vec.append(m.metric if m.metric is not None else float("-inf"))
     if use_cost:
-        vec.append(-selection_cost(m))
+        vec.append(-selection_cost(m, rule))
     return tuple(vec)
 
 
@@ -111,12 +115,13 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
     return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
 
 
-def pareto_front(points: Iterable[Point], objectives: Sequence[str] = OBJECTIVES) -> list[Point]:
-    """Non-dominated points over `objectives` (any of "accept" up, "metric" up, "cost" down).
+def pareto_front(points: Iterable[Point], objectives: Sequence[str] = OBJECTIVES, rule: str = "time_per_token") -> list[Point]:
+    """Non-dominated points over `objectives` (any of "accept" up, "metric" up, "cost" down), cost
+    being `selection_cost(m, rule)`.
 
     Early-stopped measurements are dropped; a candidate listed twice is kept once (its first
     measurement). The metric is ignored when no point has one. Points with identical objective values
-    are all kept. The front is returned in `selection_key` order, so `front[0]` is the pick.
+    are all kept. The front is returned in `selection_key(rule)` order, so `front[0]` is the pick.
     """
     unknown = set(objectives) - set(OBJECTIVES)
     if unknown or not objectives:
@@ -126,9 +131,9 @@ def pareto_front(points: Iterable[Point], objectives: Sequence[str] = OBJECTIVES
         if not m.early_stopped and c not in unique:
             unique[c] = m
     use_metric = "metric" in objectives and any(m.metric is not None for m in unique.values())
-    vectors = {c: _vector(m, use_metric, "accept" in objectives, "cost" in objectives) for c, m in unique.items()}
+    vectors = {c: _vector(m, use_metric, "accept" in objectives, "cost" in objectives, rule) for c, m in unique.items()}
     front = [
         (c, m) for c, m in unique.items()
         if not any(dominates(vectors[o], vectors[c]) for o in unique if o != c)
     ]
-    return sorted(front, key=selection_key)
+    return sorted(front, key=lambda point: selection_key(point, rule))

@@ -40,9 +40,10 @@ class RandomSearch(LayerSkipSearch):
         early_reject: bool = False,
         feasibility: str = "point",
         metric_floor: float = 0.0,
+        select: str = "time_per_token",
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
-                         feasibility, metric_floor)
+                         feasibility, metric_floor, select)
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if batch_size is not None and batch_size < 1:

@@ -126,3 +126,15 @@ def test_held_out_verdict_needs_a_speedup_and_the_metric_within_tolerance():
     assert worse["verdict"] == "did not hold" and "metric" in worse["reasons"][0]
     unsure = _job([1.05, 0.95, 1.15], (0.6, 0.6)).held_out()
     assert unsure["verdict"] == "held" and "includes 1" in unsure["reasons"][0]
+
+
+def test_a_corpus_score_that_is_not_the_mean_of_its_prompts_still_lies_in_its_interval():
+    m = measurement([10] * 12, [30] * 12, [0.0, 0.05, 0.02, 0.01] * 3)
+    corpus = Measurement(m.accept_length, 0.004, 1.0, 1.0, 0.0, m.new_tokens, m.target_forwards, 0.0,
+                         per_prompt=m.per_prompt)  # like corpus BLEU, below the sentence mean 0.02
+    interval = metric_interval(corpus)
+    assert interval.low <= 0.004 <= interval.high
+    other = Measurement(m.accept_length, 0.002, 1.0, 1.0, 0.0, m.new_tokens, m.target_forwards, 0.0,
+                        per_prompt=m.per_prompt)
+    ratio = paired_ratios(corpus, other).metric
+    assert ratio.point == pytest.approx(0.5) and ratio.low <= ratio.point <= ratio.high

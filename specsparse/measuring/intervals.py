@@ -2,8 +2,9 @@
 
 Accept length A is tokens / verification steps over the prompts of a split (a ratio of sums), so a
 resample recomputes that ratio. The metric M is resampled as the mean of the per-prompt scores: for
-every metric here except sacreBLEU that mean is the corpus score itself; for BLEU the interval is of
-the mean sentence-level BLEU around the corpus point estimate (BLEU has no per-prompt decomposition).
+every metric here except sacreBLEU that mean is the corpus score itself. Corpus BLEU is not a mean of
+sentence scores, so its interval is the sentence-BLEU mean's interval moved to the corpus score (for
+M, shifted by their difference; for M/M0, scaled by the ratio of the two ratios).
 Paired ratios (A/A0, M/M0) draw the same prompts for both configurations, which removes the
 prompt-to-prompt variance they share.
 """
@@ -78,7 +79,9 @@ def metric_interval(m: Measurement, seed: int = 0) -> Interval | None:
     if metric is None:
         return None
     idx = _draws(len(metric), seed)
-    return Interval(m.metric, *_percentiles(metric[idx].mean(1)))
+    shift = m.metric - float(metric.mean())  # 0 unless the corpus score is not the mean (BLEU)
+    low, high = _percentiles(metric[idx].mean(1))
+    return Interval(m.metric, low + shift, high + shift)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,11 @@ def paired_ratios(dense: Measurement, candidate: Measurement, seed: int = 0) -> 
     metric = None
     if dense.metric is not None and candidate.metric is not None and metric0 is not None and metric1 is not None:
         ratios = _safe_ratio(metric1[idx].mean(1), metric0[idx].mean(1))
-        metric = Interval(_point_ratio(candidate.metric, dense.metric), *_percentiles(ratios))
+        point = _point_ratio(candidate.metric, dense.metric)
+        of_means = _point_ratio(float(metric1.mean()), float(metric0.mean()))
+        scale = point / of_means if np.isfinite(point) and of_means > 0 and np.isfinite(of_means) else 1.0
+        low, high = _percentiles(ratios)
+        metric = Interval(point, low * scale, high * scale)
     return PairedRatios(accept, metric)
 
 

@@ -86,6 +86,8 @@ def test_put_get_round_trip(tmp_path):
         assert "k" in store and len(store) == 1
     with ResultsStore(tmp_path / "r.sqlite") as reopened:
         assert reopened.get("k").per_prompt == m.per_prompt
+        [(stored_meta, stored)] = list(reopened.described())
+        assert stored_meta == meta() and stored == m and stored.per_prompt == m.per_prompt
 
 
 def test_put_is_idempotent(tmp_path):

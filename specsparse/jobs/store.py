@@ -180,6 +180,11 @@ class ResultsStore:
             ).fetchall()
         yield from rows
 
+    def described(self) -> Iterator[tuple[dict[str, Any], Measurement]]:
+        """(meta, Measurement with its per-prompt results) of every stored measurement, in insertion order."""
+        for _, meta_text, m_text, _ in self._iter_raw():
+            yield json.loads(meta_text), measurement_from_dict(json.loads(m_text))
+
     def rows(self, **filters: Any) -> list[dict[str, Any]]:
         """One dict per measurement in insertion order: `key`, the flattened meta fields ("a.b" for
         nested keys, lists as tuples), the scalar Measurement fields and `created` (unix time).

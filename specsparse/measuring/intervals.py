@@ -42,8 +42,11 @@ def _draws(n: int, seed: int) -> np.ndarray:
 
 
 def _percentiles(values: np.ndarray) -> tuple[float, float]:
+    """The 95% percentile interval; infinite ratios (x / 0) sort last and come back as inf."""
     tail = 100 * (1 - LEVEL) / 2
-    low, high = np.percentile(values, [tail, 100 - tail])
+    # Nearest draws, not interpolation between them: inf - inf would be NaN.
+    low = np.percentile(values, tail, method="lower")
+    high = np.percentile(values, 100 - tail, method="higher")
     return float(low), float(high)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from specsparse.decoding.models import ModelLoadError
 from specsparse.serving.prompts import PromptRecord, read_prompt_records
+from specsparse.types import GenerationConfig
 from specsparse.util import first_line
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
@@ -269,13 +270,13 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_generation_options(args: argparse.Namespace) -> None:
-    """The generation options, before any model loads."""
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.num_draft_tokens < 0:
-        raise ValueError(f"--num-draft-tokens must be >= 0, got {args.num_draft_tokens}")
-    if args.temperature < 0:
-        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    """The generation options, before any model loads (GenerationConfig's own checks, named by flag)."""
+    try:
+        GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.num_draft_tokens,
+                         temperature=args.temperature, seed=args.seed)
+    except ValueError as err:
+        field, _, rest = str(err).partition(" ")
+        raise ValueError(f"--{field.replace('_', '-')} {rest}") from None
     if args.min_confidence is not None and not 0 <= args.min_confidence <= 1:
         raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
 

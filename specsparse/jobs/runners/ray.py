@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -213,7 +214,8 @@ class RayRunner:
             raise ValueError(f"gpus_per_trial and cpus_per_trial must be numbers, got {gpus_per_trial!r}, {cpus_per_trial!r}")
         if gpus_per_trial < 0 or cpus_per_trial <= 0:
             raise ValueError(f"need gpus_per_trial >= 0 and cpus_per_trial > 0, got {gpus_per_trial}, {cpus_per_trial}")
-        if address not in (None, "auto", "local"):
+        ray = sys.modules.get("ray")  # a process already connected to Ray keeps using that connection
+        if address not in (None, "auto", "local") and not (ray is not None and ray.is_initialized()):
             _probe(address)
         if gpus_per_trial > 0 and address is None and not os.environ.get("RAY_ADDRESS"):
             import torch  # noqa: PLC0415

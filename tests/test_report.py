@@ -14,12 +14,12 @@ import pytest
 
 from specsparse.cli import main
 from specsparse.config_map import load_config_map
+from specsparse.jobs.ablation import single_layer_ablation
 from specsparse.jobs.report import (
     JobRecord,
     build_report,
     find_jobs,
     format_cell,
-    single_layer_ablation,
     table1,
     table2,
     to_latex,

@@ -1,5 +1,5 @@
-"""The report's figures (PNG, matplotlib without pyplot): the Pareto front of one search and the
-single-layer skip ablation."""
+"""The report's Pareto figure (PNG, matplotlib without pyplot); the single-layer ablation's figure is
+in `specsparse.jobs.ablation`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 
-def _figure(width: float = 6.0, height: float = 4.5):
+def new_figure(width: float = 6.0, height: float = 4.5):
     from matplotlib.figure import Figure  # noqa: PLC0415 - no pyplot: no GUI backend, thread-safe
 
     return Figure(figsize=(width, height), dpi=120)
@@ -20,7 +20,7 @@ def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pat
     ringed, the selected configuration a red star, dense a black square. Without a metric (domain
     without references) the y axis is the cost instead."""
     data = frame[~frame["early_stopped"]] if "early_stopped" in frame else frame
-    fig = _figure()
+    fig = new_figure()
     ax = fig.subplots()
     has_metric = data["metric"].notna().any()
     y_column, y_label = ("metric", "task metric M") if has_metric else ("cost", "cost (s / token; metric n/a)")
@@ -47,32 +47,3 @@ def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     return path
-
-
-def plot_ablation(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
-    """Two panels: change in accept length and in metric per skipped layer, one line per domain."""
-    fig = _figure(7.5, 6.0)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    for domain, rows in frame.groupby("domain", sort=True):
-        top.plot(rows["layer"], rows["delta_accept"], marker="o", ms=3, label=domain)
-        metric = rows.dropna(subset=["delta_metric"])
-        if len(metric):
-            bottom.plot(metric["layer"], metric["delta_metric"], marker="o", ms=3, label=domain)
-    for ax, label in ((top, "Δ accept length"), (bottom, "Δ metric (n/a domains omitted)")):
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
-
-    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bottom.set_xlabel("skipped layer")
-    top.legend(fontsize=8, ncol=2)
-    top.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
-
-
-# -- config maps -----------------------------------------------------------------------------------

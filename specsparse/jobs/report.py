@@ -32,8 +32,8 @@ from typing import Any
 import pandas as pd
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, merge_config_maps, write_config_map
-from specsparse.jobs.figures import plot_ablation, plot_pareto
-from specsparse.jobs.store import SCALAR_FIELDS, ResultsStore
+from specsparse.jobs.ablation import plot_ablation, single_layer_ablation
+from specsparse.jobs.figures import plot_pareto
 from specsparse.util import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -328,62 +328,6 @@ def write_table(frame: pd.DataFrame, base: Path, caption: str = "") -> list[Path
         atomic_write_text(base.with_suffix(".tex"), to_latex(frame, caption)),
         atomic_write_text(base.with_suffix(".csv"), to_csv(frame)),
     ]
-
-
-# -- single-layer ablation -------------------------------------------------------------------------
-def single_layer_ablation(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """Change in accept length and metric when one layer is skipped, per (model, domain).
-
-    From calibration measurements in the store(s): within one description (same model, drafter,
-    prompts, generation settings, ...), every single-layer skip is compared with the dense
-    measurement. Per (model, domain) the description with the most single-layer measurements is used.
-    """
-    ignore = {"key", "created", "search", "early_stop_thresholds", "candidate.skip_layers", "candidate.vocab_size",
-              *SCALAR_FIELDS}
-    groups: dict[tuple, dict[str, Any]] = {}
-    for store_path in stores:
-        if not Path(store_path).is_file():
-            continue
-        with ResultsStore(store_path) as store:
-            rows = store.rows(split="calibration")
-        for row in rows:
-            skip = row.get("candidate.skip_layers")
-            if row.get("candidate.vocab_size") is not None or row.get("early_stopped") or skip is None or len(skip) > 1:
-                continue
-            description = tuple(sorted((k, v) for k, v in row.items() if k not in ignore and not k.startswith("meta.")))
-            group = groups.setdefault(description, {"dense": None, "singles": {}, "row": row, "created": 0.0})
-            group["created"] = max(group["created"], row["created"])
-            if len(skip) == 0:
-                group["dense"] = row
-            else:
-                group["singles"][skip[0]] = row
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    for group in groups.values():
-        if group["dense"] is None or not group["singles"]:
-            continue
-        row = group["row"]
-        key = (str(row.get("model")), str(row.get("domain.name")))
-        current = best.get(key)
-        if current is None or (len(group["singles"]), group["created"]) > (len(current["singles"]), current["created"]):
-            best[key] = group
-    out = []
-    for (model, domain), group in sorted(best.items()):
-        dense = group["dense"]
-        for layer, row in sorted(group["singles"].items()):
-            metric, metric0 = row.get("metric"), dense.get("metric")
-            out.append({
-                "model": model,
-                "domain": domain,
-                "layer": layer,
-                "accept_length": row["accept_length"],
-                "metric": metric,
-                "dense_accept_length": dense["accept_length"],
-                "dense_metric": metric0,
-                "delta_accept": row["accept_length"] - dense["accept_length"],
-                "delta_metric": None if metric is None or metric0 is None else metric - metric0,
-            })
-    return pd.DataFrame(out, columns=["model", "domain", "layer", "accept_length", "metric", "dense_accept_length",
-                                      "dense_metric", "delta_accept", "delta_metric"])
 
 
 def merged_config_map(records: Sequence[JobRecord], strategy: str = "bfs") -> ConfigMap:

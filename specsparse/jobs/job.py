@@ -3,7 +3,7 @@ the held-out test split, and write the domain config map, the measured configura
 
     plan = build_plan(config, output_dir=...)    # specsparse.jobs.config: every check happens there
     job = run_plan(plan)                          # runner, logger, reproduce.json around run_job
-    print(results_table(job))                     # specsparse.jobs.outputs
+    results_table(job)                            # the text run.py prints (specsparse.jobs.outputs)
 
 The runner measures (`specsparse.jobs.runners`); the search driver serves and stores measurements
 through the results store; everything is written from this process, so results do not depend on

@@ -4,10 +4,13 @@ sweep run in one process, so `run.py` records failures in `FAILED`."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 from hydra.experimental.callback import Callback
+
+log = logging.getLogger(__name__)
 
 FAILED: list[str] = []  # "<job folder>: <error line>"
 
@@ -15,7 +18,5 @@ FAILED: list[str] = []  # "<job folder>: <error line>"
 class SweepFailures(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if FAILED:
-            print(f"{len(FAILED)} job(s) of the sweep failed:", file=sys.stderr)
-            for line in FAILED:
-                print(f"  {line}", file=sys.stderr)
+            log.error("%d job(s) of the sweep failed: %s", len(FAILED), " | ".join(FAILED))
             sys.exit(2)

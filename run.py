@@ -59,7 +59,7 @@ def main(cfg: DictConfig) -> None:
     print(results_table(job))
     print(f"outputs: {plan.output_dir}")
     print(f"results store: {plan.store_path}")
-    print(f"tables and plots: specsparse report {plan.output_dir.parent if hydra_cfg.mode.name == 'MULTIRUN' else plan.output_dir}")
+    print(f"tables and plots: specsparse report {plan.output_dir.parent if multirun else plan.output_dir}")
 
 
 def _fail(message: str, multirun: bool, output_dir: Path) -> None:

@@ -16,7 +16,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,11 @@ from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator
 from specsparse.measuring.intervals import comparison
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
-from specsparse.search.driver import measure_through_store, run_search
+from specsparse.search.driver import OnMeasurement, measure_through_store, run_search
 from specsparse.types import Candidate, Component, Measurement
 from specsparse.util import atomic_write_text, first_line, utc_now
 
 log = logging.getLogger(__name__)
-
-OnMeasurement = Callable[[Candidate, Measurement, bool], None]
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,16 @@ process, so results do not depend on which runner measured them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from specsparse.search.driver import OnResult
 from specsparse.types import Candidate, Measurement
 
 if TYPE_CHECKING:
     from specsparse.measuring.evaluation import EvaluationSpec
 
-OnResult = Callable[[Candidate, Measurement], None]
+__all__ = ["OnResult", "Runner"]
 
 
 class Runner(Protocol):

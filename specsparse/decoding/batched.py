@@ -59,7 +59,8 @@ def generate_batch(
         session = BatchedSession(target, (), batch_size, capacity)
 
         def start(rows: list[int]) -> None:
-            """Put the next waiting prompts into `rows` and prefill them (prompt minus its last token)."""
+            """Put the next waiting prompts into `rows` and prefill them (prompt minus its last token;
+            prefixes shared with other rows of the same skip set are computed once)."""
             prefill: dict[int, list[int]] = {}
             for row in rows:
                 if not waiting:
@@ -70,8 +71,7 @@ def generate_batch(
                 session.reset_row(row, skips[index])
                 if len(prompts[index]) > 1:
                     prefill[row] = list(prompts[index][:-1])
-            if prefill:
-                session.forward(prefill)
+            session.prefill(prefill)
 
         start(list(range(batch_size)))
         while slots:

@@ -11,10 +11,17 @@ Rows may have different skip sets (a search measures many candidates at once). W
 forward share one, the kept layers alone run (`LayerSkipper`); otherwise every layer runs on every row
 and a row that skips it keeps its input (`_RowSkippingLayer`). The skipped layer's cache slot of that
 row then holds unused values, which it never reads, since it skips that layer on every step.
+
+Prefill shares prompt prefixes (`BatchedSession.prefill`): prompts of one domain repeat the chat
+template's system turn and often few-shot exemplars, and the keys and values of a prefix depend only
+on its tokens and the skip set. A prefix shared by rows of one skip set is computed once, in one of
+those rows, and copied into the others (a row still holding its context can give its prefix to a new
+row). Results are those of prefilling each row alone, up to float summation order.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -103,6 +110,12 @@ class RowCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.kv_length
 
+    def copy_positions(self, source: int, destination: int, start: int, stop: int) -> None:
+        """Every layer's keys and values at positions [start, stop) of row `source` into row `destination`."""
+        for buffers in (self._keys, self._values):
+            for buffer in buffers.values():
+                buffer[destination, :, start:stop] = buffer[source, :, start:stop]
+
 
 class _RowSkippingLayer(torch.nn.Module):
     """A decoder layer applied to the rows in `runs` only; the other rows pass through unchanged."""
@@ -127,6 +140,7 @@ class BatchedSession:
         self.row_skips = [validate_skip_layers(skip_layers, self.skipper.num_layers)] * batch_size
         self.cache = RowCache(batch_size, capacity)
         self.lengths = [0] * batch_size
+        self.contexts: dict[int, tuple[int, ...]] = {}  # row -> its prefilled tokens, while it holds them
         config = model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)
         layer_types = getattr(config, "layer_types", None) or []
@@ -144,6 +158,48 @@ class BatchedSession:
         all_rows: run every row of the batch (rows missing from `chunks` run one padding token that
         is never kept), which avoids gathering the cache for a subset.
         """
+        rows, lengths, hidden = self._run(chunks, all_rows)
+        weight = self.model.get_output_embeddings().weight if head_weight is None else head_weight
+        logits = torch.nn.functional.linear(hidden, weight).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return dict(zip([r for r, n in zip(rows, lengths) if n], logits.split([n for n in lengths if n])))
+
+    def prefill(self, chunks: dict[int, Sequence[int]], min_shared: int = 8) -> None:
+        """Fill new rows (just reset) with `chunks[row]`, no logits, computing each prefix of at least
+        `min_shared` tokens that rows of one skip set share only once (see the module docstring)."""
+        chunks = {row: tuple(tokens) for row, tokens in chunks.items() if tokens}
+        for row, tokens in chunks.items():
+            donor, shared = self._best_donor(row, tokens)
+            if shared >= min_shared:
+                self.cache.copy_positions(donor, row, 0, shared)
+                self.lengths[row] = shared
+        for segments in _prefix_rounds(chunks, self.row_skips, min_shared):
+            runs, copies = {}, []
+            for rows, stop in segments:
+                needy = [r for r in rows if self.lengths[r] < stop]
+                if needy:
+                    runs[needy[0]] = list(chunks[needy[0]][self.lengths[needy[0]] : stop])
+                    copies += [(needy[0], r, stop) for r in needy[1:]]
+            if runs:
+                self._run(runs)
+            for source, row, stop in copies:
+                self.cache.copy_positions(source, row, self.lengths[row], stop)
+                self.lengths[row] = stop
+        self.contexts.update(chunks)
+
+    def _best_donor(self, row: int, tokens: tuple[int, ...]) -> tuple[int, int]:
+        """The row (other than `row`, same skip set) whose cached context shares the longest prefix."""
+        best = (row, 0)
+        for other, context in self.contexts.items():
+            if other != row and self.row_skips[other] == self.row_skips[row]:
+                shared = _common_prefix(tokens, context)
+                if shared > best[1]:
+                    best = (other, shared)
+        return best
+
+    def _run(self, chunks: dict[int, list[int]], all_rows: bool = False) -> tuple[list[int], list[int], torch.Tensor]:
+        """One padded forward; returns (rows, chunk lengths, final hidden states [sum of lengths, hidden])."""
         rows = list(range(len(self.lengths))) if all_rows else sorted(chunks)
         width = max(len(chunks.get(r, ())) for r in rows) or 1
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -165,14 +221,9 @@ class BatchedSession:
             )
         lengths = [len(chunks.get(r, ())) for r in rows]
         hidden = torch.cat([out.last_hidden_state[i, :n] for i, n in enumerate(lengths) if n])
-        weight = self.model.get_output_embeddings().weight if head_weight is None else head_weight
-        logits = torch.nn.functional.linear(hidden, weight).float()
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        result = dict(zip([r for r, n in zip(rows, lengths) if n], logits.split([n for n in lengths if n])))
         for r, n in zip(rows, lengths):
             self.lengths[r] += n
-        return result
+        return rows, lengths, hidden
 
     @contextmanager
     def _skipping(self, rows: list[int], chunks: dict[int, list[int]]) -> Iterator[None]:
@@ -214,4 +265,51 @@ class BatchedSession:
     def reset_row(self, row: int, skip_layers: tuple[int, ...]) -> None:
         """Start a new sequence in `row` under `skip_layers` (validated)."""
         self.lengths[row] = 0
+        self.contexts.pop(row, None)
         self.row_skips[row] = validate_skip_layers(skip_layers, self.skipper.num_layers)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _prefix_rounds(
+    chunks: dict[int, tuple[int, ...]], row_skips: Sequence[tuple[int, ...]], min_shared: int
+) -> list[list[tuple[list[int], int]]]:
+    """Plan a shared-prefix prefill: rounds of segments (rows, stop). A segment brings all its rows to
+    `stop` tokens: one of them runs the tokens, the others copy them. Its rows share chunks[:stop] and
+    skip set; shared segments (two or more rows) are at least `min_shared` tokens long. A segment's
+    rows have all their earlier tokens from segments of earlier rounds, so one forward per round.
+    Rows of a sorted group that share a prefix are planned as a radix tree over their tokens."""
+    rounds: list[list[tuple[list[int], int]]] = []
+
+    def plan(rows: list[int], start: int, depth: int) -> None:
+        if len(rows) == 1:
+            stop = len(chunks[rows[0]])
+        else:
+            stop = min(_common_prefix(chunks[rows[0]], chunks[r]) for r in rows[1:])
+        if len(rows) == 1 or stop - start >= min_shared:
+            while len(rounds) <= depth:
+                rounds.append([])
+            rounds[depth].append((rows, stop))
+            start, depth = stop, depth + 1
+        branches: dict[int, list[int]] = defaultdict(list)
+        for r in rows:
+            if len(chunks[r]) > stop:
+                branches[chunks[r][stop]].append(r)
+            elif start < stop:  # ends inside a prefix too short to share: it runs its own tokens
+                plan([r], start, depth)
+        for branch in branches.values():
+            plan(branch, start, depth)
+
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for row in sorted(chunks):
+        groups[row_skips[row]].append(row)
+    for rows in groups.values():
+        plan(rows, 0, 0)
+    return rounds

@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--skip-sets", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=64, help="rows per batched pass (64: the automatic size on CPU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--profile-only", action="store_true", help="run part 2 only")
     parser.add_argument("--out", default="outputs/bench_measure.json")

@@ -8,9 +8,11 @@ padding beyond L_b are never visible; rolling a row back is only setting L_b. Po
 from the row lengths, never from a cache layer, so skipping layer 0 is safe here too.
 
 Rows may have different skip sets (a search measures many candidates at once). When the rows of a
-forward share one, the kept layers alone run (`LayerSkipper`); otherwise every layer runs on every row
-and a row that skips it keeps its input (`_RowSkippingLayer`). The skipped layer's cache slot of that
-row then holds unused values, which it never reads, since it skips that layer on every step.
+forward share one, the kept layers alone run (`LayerSkipper`). Otherwise each layer runs on the rows
+that keep it (`_SharedRowsLayer`), and rows that skip it pass their input on. A layer's input depends
+only on the row's tokens and on which earlier layers it skipped, so rows with the same token history
+(one prompt under several skip sets) that agree on the layers below are computed once at that layer
+and the result shared: skip sets first differing at layer l share the work of every layer below l.
 
 Prefill shares prompt prefixes (`BatchedSession.prefill`): prompts of one domain repeat the chat
 template's system turn and often few-shot exemplars, and the keys and values of a prefix depend only
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
@@ -91,6 +94,7 @@ class RowCache:
         self.rows: torch.Tensor | None = None  # rows in this forward (None: all, in order)
         self.positions = torch.zeros(0)  # [rows, chunk] cache positions written by this forward
         self.kv_length = 0  # keys returned per row: max over rows of length + chunk
+        self.layer_plans: dict[int, LayerPlan] = {}  # layers that run on shared or fewer rows this forward
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if layer_idx not in self._keys:
@@ -100,12 +104,19 @@ class RowCache:
             self._values[layer_idx] = value_states.new_zeros(shape)
         keys, values = self._keys[layer_idx], self._values[layer_idx]
         rows = torch.arange(self.batch_size) if self.rows is None else self.rows
-        index = (rows[:, None], slice(None), self.positions)  # advanced indices -> [rows, chunk, heads, dim]
-        keys[index] = key_states.transpose(1, 2)
-        values[index] = value_states.transpose(1, 2)
-        if self.rows is None:
-            return keys[:, :, : self.kv_length], values[:, :, : self.kv_length]
-        return keys[self.rows, :, : self.kv_length], values[self.rows, :, : self.kv_length]
+        plan = self.layer_plans.get(layer_idx)
+        if plan is None:
+            index = (rows[:, None], slice(None), self.positions)  # advanced indices -> [rows, chunk, heads, dim]
+            keys[index] = key_states.transpose(1, 2)
+            values[index] = value_states.transpose(1, 2)
+            if self.rows is None:
+                return keys[:, :, : self.kv_length], values[:, :, : self.kv_length]
+            return keys[self.rows, :, : self.kv_length], values[self.rows, :, : self.kv_length]
+        # key_states hold the plan's computed rows; every row that keeps the layer gets its class's keys.
+        index = (rows[plan.running, None], slice(None), self.positions[plan.running])
+        keys[index] = key_states.transpose(1, 2)[plan.source]
+        values[index] = value_states.transpose(1, 2)[plan.source]
+        return keys[rows[plan.computed], :, : self.kv_length], values[rows[plan.computed], :, : self.kv_length]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.kv_length
@@ -117,18 +128,47 @@ class RowCache:
                 buffer[destination, :, start:stop] = buffer[source, :, start:stop]
 
 
-class _RowSkippingLayer(torch.nn.Module):
-    """A decoder layer applied to the rows in `runs` only; the other rows pass through unchanged."""
+@dataclass(frozen=True)
+class LayerPlan:
+    """Which rows of a forward one layer runs on. Indices are into the forward's rows.
+
+    computed: [c] one row per class of rows with the same input at this layer (the layer runs on these);
+    running: [n] the rows that keep the layer; source: [n] for each of them, its class's place in `computed`.
+    """
+
+    computed: torch.Tensor
+    running: torch.Tensor
+    source: torch.Tensor
+
+
+class _SharedRowsLayer(torch.nn.Module):
+    """A decoder layer run on `plan.computed` rows only; each row that keeps it takes its class's output,
+    a row that skips it passes its input on (plan None: every row runs it, as usual)."""
 
     def __init__(self, layer: torch.nn.Module):
         super().__init__()
         self.layer = layer
-        self.runs = torch.ones(0, dtype=torch.bool)  # [rows] for the current forward
+        self.plan: LayerPlan | None = None
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        out = self.layer(hidden_states, *args, **kwargs)
+        plan = self.plan
+        if plan is None:
+            out = self.layer(hidden_states, *args, **kwargs)
+            return out[0] if isinstance(out, tuple) else out
+        if len(plan.computed) == 0:
+            return hidden_states
+        rows = hidden_states.shape[0]
+
+        def subset(value):  # per-row inputs (hidden states, masks, positions, rotary tables) of the computed rows
+            if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
+                return value[plan.computed]
+            return tuple(subset(v) for v in value) if isinstance(value, tuple) else value
+
+        out = self.layer(subset(hidden_states), *map(subset, args), **{k: subset(v) for k, v in kwargs.items()})
         out = out[0] if isinstance(out, tuple) else out
-        return torch.where(self.runs[:, None, None], out, hidden_states)
+        result = hidden_states.clone()
+        result[plan.running] = out[plan.source]
+        return result
 
 
 class BatchedSession:
@@ -140,7 +180,7 @@ class BatchedSession:
         self.row_skips = [validate_skip_layers(skip_layers, self.skipper.num_layers)] * batch_size
         self.cache = RowCache(batch_size, capacity)
         self.lengths = [0] * batch_size
-        self.contexts: dict[int, tuple[int, ...]] = {}  # row -> its prefilled tokens, while it holds them
+        self.tokens: list[list[int]] = [[] for _ in range(batch_size)]  # each row's cached tokens
         config = model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)
         layer_types = getattr(config, "layer_types", None) or []
@@ -172,8 +212,7 @@ class BatchedSession:
         for row, tokens in chunks.items():
             donor, shared = self._best_donor(row, tokens)
             if shared >= min_shared:
-                self.cache.copy_positions(donor, row, 0, shared)
-                self.lengths[row] = shared
+                self._copy(donor, row, shared)
         for segments in _prefix_rounds(chunks, self.row_skips, min_shared):
             runs, copies = {}, []
             for rows, stop in segments:
@@ -184,15 +223,19 @@ class BatchedSession:
             if runs:
                 self._run(runs)
             for source, row, stop in copies:
-                self.cache.copy_positions(source, row, self.lengths[row], stop)
-                self.lengths[row] = stop
-        self.contexts.update(chunks)
+                self._copy(source, row, stop)
+
+    def _copy(self, source: int, row: int, stop: int) -> None:
+        """Give `row` positions [its length, stop) of `source`, which holds the same tokens there."""
+        self.cache.copy_positions(source, row, self.lengths[row], stop)
+        self.tokens[row] = self.tokens[source][:stop]
+        self.lengths[row] = stop
 
     def _best_donor(self, row: int, tokens: tuple[int, ...]) -> tuple[int, int]:
         """The row (other than `row`, same skip set) whose cached context shares the longest prefix."""
         best = (row, 0)
-        for other, context in self.contexts.items():
-            if other != row and self.row_skips[other] == self.row_skips[row]:
+        for other, context in enumerate(self.tokens):
+            if other != row and context and self.row_skips[other] == self.row_skips[row]:
                 shared = _common_prefix(tokens, context)
                 if shared > best[1]:
                     best = (other, shared)
@@ -223,25 +266,60 @@ class BatchedSession:
         hidden = torch.cat([out.last_hidden_state[i, :n] for i, n in enumerate(lengths) if n])
         for r, n in zip(rows, lengths):
             self.lengths[r] += n
+            self.tokens[r].extend(chunks.get(r, ()))
         return rows, lengths, hidden
 
     @contextmanager
     def _skipping(self, rows: list[int], chunks: dict[int, list[int]]) -> Iterator[None]:
-        """Skip each row's layers: kept layers only when the working rows agree, else per-row layers."""
+        """Skip each row's layers: kept layers only when the working rows agree, else shared rows per layer."""
         skips = {self.row_skips[r] for r in rows if chunks.get(r)}
         if len(skips) == 1:  # rows without a chunk only pad: any skip set serves them
             with self.skipper.skipping(skips.pop()):
                 yield
             return
         base = self.skipper.base
-        wrapped = torch.nn.ModuleList(_RowSkippingLayer(layer) for layer in self.skipper.all_layers)
-        for index, wrapper in enumerate(wrapped):
-            wrapper.runs = torch.tensor([index not in self.row_skips[r] for r in rows], device=self.model.device)
+        wrapped = torch.nn.ModuleList(_SharedRowsLayer(layer) for layer in self.skipper.all_layers)
+        for index, plan in enumerate(self._layer_plans(rows, chunks)):
+            wrapped[index].plan = plan
+            if plan is not None:
+                self.cache.layer_plans[index] = plan
         base._modules["layers"] = wrapped
         try:
             yield
         finally:
             base._modules["layers"] = self.skipper.all_layers
+            self.cache.layer_plans = {}
+
+    def _layer_plans(self, rows: list[int], chunks: dict[int, list[int]]) -> list[LayerPlan | None]:
+        """Per layer, the classes of rows with equal input there: same cached tokens, same chunk and the
+        same skipped layers below it (None where every row runs the layer on its own)."""
+        device = self.model.device
+        ids: dict[tuple[int, ...], int] = {}  # a number per distinct token history (rows without a chunk: their own)
+        histories = [ids.setdefault((*self.tokens[r], *chunks[r]), i) if chunks.get(r) else i
+                     for i, r in enumerate(rows)]
+        plans: list[LayerPlan | None] = []
+        for layer in range(self.skipper.num_layers):
+            classes: dict[tuple, int] = {}
+            running, source = [], []
+            for i, r in enumerate(rows):
+                skip = self.row_skips[r]
+                if layer in skip:
+                    continue
+                key = (histories[i], tuple(s for s in skip if s < layer))
+                running.append(i)
+                source.append(classes.setdefault(key, len(classes)))
+            if len(classes) == len(rows):
+                plans.append(None)
+                continue
+            first: dict[int, int] = {}
+            for i, c in zip(running, source):
+                first.setdefault(c, i)
+            plans.append(LayerPlan(
+                computed=torch.tensor([first[c] for c in range(len(classes))], dtype=torch.long, device=device),
+                running=torch.tensor(running, dtype=torch.long, device=device),
+                source=torch.tensor(source, dtype=torch.long, device=device),
+            ))
+        return plans
 
     def _mask(self, positions: torch.Tensor):
         """Query at position p sees keys j <= p (and p - j < window on sliding layers): [rows, 1, width, kv]."""
@@ -261,11 +339,12 @@ class BatchedSession:
     def keep(self, row: int, length: int) -> None:
         """Keep only the first `length` positions of `row` (a rollback is only a new length)."""
         self.lengths[row] = min(self.lengths[row], length)
+        del self.tokens[row][self.lengths[row] :]
 
     def reset_row(self, row: int, skip_layers: tuple[int, ...]) -> None:
         """Start a new sequence in `row` under `skip_layers` (validated)."""
         self.lengths[row] = 0
-        self.contexts.pop(row, None)
+        self.tokens[row] = []
         self.row_skips[row] = validate_skip_layers(skip_layers, self.skipper.num_layers)
 
 

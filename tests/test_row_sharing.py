@@ -1,0 +1,132 @@
+"""Work shared between rows of a batch equals every row computed alone: a shared prompt prefix computed
+once and copied (prefill), and a layer computed once for rows with the same tokens that skip the same
+layers below it (one prompt under several skip sets)."""
+
+import torch
+from conftest import NUM_LAYERS, skip_sets
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsparse.decoding.batched import generate_batch
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.session import BatchedSession, ModelSession, _prefix_rounds
+from specsparse.types import GenerationConfig
+
+# Prompts built from a few stems, so that rows really share prefixes of every length.
+stems = st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=3)
+
+
+@st.composite
+def prompt_rows(draw):
+    """(stems, rows): each row a prompt (stem + tail) and a skip set from a small pool."""
+    pool = draw(stems)
+    skips = draw(st.lists(skip_sets(NUM_LAYERS), min_size=1, max_size=2))
+    rows = draw(st.lists(
+        st.tuples(st.sampled_from(pool), st.lists(st.integers(0, 30), max_size=6), st.sampled_from(skips)),
+        min_size=1, max_size=6,
+    ))
+    return [(stem + tail, skip) for stem, tail, skip in rows if stem + tail]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=prompt_rows(), min_shared=st.integers(1, 6))
+def test_every_row_is_covered_once_by_segments_that_share_tokens_and_skip_set(rows, min_shared):
+    chunks = {r: tuple(tokens) for r, (tokens, _) in enumerate(rows)}
+    skips = [skip for _, skip in rows]
+    reached = {r: 0 for r in chunks}
+    for segments in _prefix_rounds(chunks, skips, min_shared):
+        ran = [r for rows_, _ in segments for r in rows_]
+        assert len(ran) == len(set(ran)), "a row in two segments of one round"
+        for members, stop in segments:
+            starts = {reached[r] for r in members}
+            assert len(starts) == 1, "a segment's rows must all have the same earlier tokens"
+            assert len({chunks[r][:stop] for r in members}) == 1
+            assert len({skips[r] for r in members}) == 1
+            if len(members) > 1:
+                assert stop - starts.pop() >= min_shared
+            for r in members:
+                reached[r] = stop
+    assert reached == {r: len(tokens) for r, tokens in chunks.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(first=prompt_rows(), second=prompt_rows(), min_shared=st.integers(1, 4))
+def test_shared_prefill_gives_each_row_its_own_logits(tiny, first, second, min_shared):
+    """Two waves (the second wave's rows can copy prefixes from the first's, still held): the next
+    token's logits of every row equal those of the prompt prefilled alone."""
+    rows = first + second
+    with torch.inference_mode():
+        session = BatchedSession(tiny.model, (), len(rows), 64)
+        for wave in (range(len(first)), range(len(first), len(rows))):
+            for r in wave:
+                session.reset_row(r, rows[r][1])
+            session.prefill({r: rows[r][0][:-1] for r in wave}, min_shared)
+        logits = session.forward({r: [tokens[-1]] for r, (tokens, _) in enumerate(rows)})
+        for r, (tokens, skip) in enumerate(rows):
+            alone = ModelSession(tiny.model, skip)
+            alone.prefill(tokens[:-1])
+            torch.testing.assert_close(logits[r], alone.forward(tokens[-1:]), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    prompt=st.lists(st.integers(0, 30), min_size=2, max_size=10),
+    skips=st.lists(skip_sets(NUM_LAYERS), min_size=2, max_size=5),
+    steps=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=3), min_size=1, max_size=3),
+    diverge=st.booleans(),
+)
+def test_one_prompt_under_several_skip_sets_gives_each_its_own_logits(tiny, prompt, skips, steps, diverge):
+    """Rows of one prompt and different skip sets (some repeated) share layers below their first
+    difference; after each step every row's logits equal its skip set's alone. With `diverge`, the
+    last row takes other tokens, so its history stops matching the others'."""
+    with torch.inference_mode():
+        session = BatchedSession(tiny.model, (), len(skips), 64)
+        alone = []
+        for row, skip in enumerate(skips):
+            session.reset_row(row, skip)
+            alone.append(ModelSession(tiny.model, skip))
+        chunks = {row: list(prompt) for row in range(len(skips))}
+        for step in [None, *steps]:
+            if step is not None:
+                chunks = {row: list(step) for row in range(len(skips))}
+                if diverge:
+                    chunks[len(skips) - 1] = [(t + 1) % 31 for t in step]
+            logits = session.forward(chunks)
+            for row, tokens in chunks.items():
+                torch.testing.assert_close(logits[row], alone[row].forward(tokens), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=8), min_size=1, max_size=3),
+    skips=st.lists(skip_sets(NUM_LAYERS), min_size=1, max_size=4),
+    max_new=st.integers(1, 12),
+    batch_size=st.integers(1, 8),
+)
+def test_every_prompt_under_every_skip_set_in_one_batch_equals_the_engine(models, prompts, skips, max_new, batch_size):
+    """What a search level measures: every (skip set, prompt) row in one lockstep batch."""
+    target = models[0]
+    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=0)
+    rows = [(skip, prompt) for skip in skips for prompt in prompts]
+    batched = generate_batch(target, [p for _, p in rows], None, config, [s for s, _ in rows], batch_size=batch_size)
+    expected = [speculative_generate(target, p, None, config, s).new_token_ids for s, p in rows]
+    assert [r.new_token_ids for r in batched] == expected
+
+
+def test_a_rolled_back_row_gives_only_what_it_still_holds(tiny):
+    """A row that rejected drafts and then took other tokens holds [prompt, x, w], not its rejected
+    [x, y]: a new row asking for [prompt, x, y, w] may copy [prompt, x] from it, nothing more."""
+    prompt, x, y, w = list(range(3, 15)), 20, 21, 22
+    with torch.inference_mode():
+        session = BatchedSession(tiny.model, (), 2, 64)
+        session.reset_row(0, ())
+        session.prefill({0: prompt})
+        session.forward({0: [x, y]})
+        session.keep(0, len(prompt) + 1)  # y rejected
+        session.forward({0: [w]})
+        session.reset_row(1, ())
+        session.prefill({1: [*prompt, x, y]}, min_shared=4)
+        logits = session.forward({1: [w]})[1]
+        alone = ModelSession(tiny.model, ())
+        alone.prefill([*prompt, x, y])
+        torch.testing.assert_close(logits, alone.forward([w]), rtol=1e-4, atol=1e-4)

@@ -174,8 +174,10 @@ def _decode_batched(target, domain, examples, makers, skips, config, batch_size,
     outcomes: list[list[Outcome]] = [[([], []) for _ in examples] for _ in makers]
     for turn in range(max(len(ex.turns) for ex in examples)):
         active = [i for i, ex in enumerate(examples) if len(ex.turns) > turn]
+        # Example-major: a batch then holds one prompt under every configuration, whose rows share the
+        # layers below their first differing skipped layer (see decoding/session.py).
         prompts = {(c, i): tuple(encode_messages(target.tokenizer, build_messages(domain, examples[i], turn, outcomes[c][i][0])))
-                   for c in range(len(makers)) for i in active}
+                   for i in active for c in range(len(makers))}
         rows = [(c, i) for (c, i) in prompts if lockstep[c]]
         greedy_rows = list({(skips[c], prompts[c, i]): (c, i) for (c, i) in prompts
                             if not lockstep[c] and (skips[c], prompts[c, i]) not in continuations}.values())

@@ -46,7 +46,8 @@ def test_multirun_jobs_share_one_store(sweep):
     jobs = sorted(p.name for p in (sweep / "multirun").iterdir() if p.is_dir() and p.name[0].isdigit())
     assert jobs == ["0_translation_bfs", "1_translation_greedy", "2_mt_bench_bfs", "3_mt_bench_greedy"]
     greedy = json.loads((sweep / "multirun" / "1_translation_greedy" / "summary.json").read_text())
-    assert greedy["search_cost"]["cache_hits"] >= 1 + 4  # dense and single skips measured by bfs before
+    # dense and GM-Skip's first deletion, the last layer, were measured by bfs before
+    assert greedy["search_cost"]["cache_hits"] >= 2
     assert (sweep / "store.sqlite").is_file()
 
 

@@ -60,6 +60,10 @@ def additive(num_layers, accept_drop, metric_drop, saving, a0=3.0, m0=0.8, defau
 TRAP = additive(10, {0: 0.10, 3: 0.07, 7: 0.07}, {}, {0: 0.12, 3: 0.10, 7: 0.10}, default=(0.2, 0.0, 0.1))
 TRAP_OPTIMUM = Candidate((3, 7))
 
+# Each objective alone prefers another set: layers 3 and 5 raise accept length (5 ruins the metric),
+# layers 2 and 6 raise the metric; everything else costs A 0.2 and M 0.05.
+TWO_WAYS = additive(10, {3: -0.1, 5: -0.4}, {2: -0.1, 5: 0.5, 6: -0.05}, {}, default=(0.2, 0.05, 0.1))
+
 # One constraint binds for each ablation: layer 1 hurts A only, layer 2 hurts M only, layer 4 is mild.
 TWO = additive(
     8,
@@ -179,7 +183,25 @@ def test_contract_store_serves_second_run(name, tmp_path):
     )
 
 
-@pytest.mark.parametrize("name", LAYER_STRATEGIES)
+def test_contract_each_strategy_selects_by_its_own_rule():
+    """TSS (bfs) and random: the cheapest feasible configuration; accept_only / metric_only: the
+    highest accept length / metric measured; greedy (GM-Skip): the end of its deletion path."""
+    for name in LAYER_STRATEGIES:
+        strategy = LAYER_STRATEGIES[name](10)
+        result = run(strategy, TWO_WAYS)
+        told = [(c, m) for c, m in result.history if not m.early_stopped]
+        if name == "accept_only":
+            assert result.selected_measurement.accept_length == max(m.accept_length for _, m in told)
+        elif name == "metric_only":
+            assert result.selected_measurement.metric == max(m.metric for _, m in told)
+        elif name == "greedy":
+            assert result.selected.skip_layers == (strategy.path[-1] if strategy.path else ())
+        else:
+            feasible = [m for c, m in told if c in result.feasible]
+            assert result.selected_measurement.cost == min(m.cost for m in feasible)
+
+
+@pytest.mark.parametrize("name", ["bfs", "random"])
 def test_contract_selected_is_cheapest_feasible(name):
     strategy = LAYER_STRATEGIES[name](10)
     result = run(strategy, TRAP)
@@ -196,7 +218,7 @@ def test_contract_selected_is_cheapest_feasible(name):
 def test_contract_early_stopped_never_selected(name):
     def fn(c):
         a, m, cost = TRAP(c)
-        if 3 in c.skip_layers:  # looks perfect but the runner aborted it
+        if {3, 8} & set(c.skip_layers):  # looks perfect but the runner aborted it
             return Measurement(3.0, 0.8, 0.01, 0.01, 0.0, 0, 0, 0.0, early_stopped=True)
         return a, m, cost
 
@@ -214,21 +236,28 @@ def test_contract_metric_none_uses_acceptance_only(name):
     result = run(LAYER_STRATEGIES[name](10), fn)
     assert NOTE_METRIC_UNDEFINED in result.notes or name == "accept_only"
     assert NOTE_METRIC_UNDEFINED not in result.notes or name != "accept_only"
-    assert result.selected_measurement.accept_length >= 0.95 * 3.0 - 1e-9
-    assert result.selected.skip_layers  # acceptance alone still allows skipping
+    if name in ("accept_only", "metric_only"):  # the highest accept length: here, dense
+        assert result.selected_measurement.accept_length == max(m.accept_length for _, m in result.history)
+    elif name == "greedy":  # GM-Skip: guided by accept length instead, still without a constraint
+        assert any("accept length used instead" in n for n in result.notes)
+        assert result.selected.skip_layers
+    else:
+        assert result.selected.skip_layers  # acceptance alone still allows skipping
+        assert result.selected_measurement.accept_length >= 0.95 * 3.0 - 1e-9
 
 
 # -- known answers -----------------------------------------------------------------------------------
 def test_bfs_finds_joint_optimum_that_greedy_misses():
+    """TRAP's metric never moves, so GM-Skip, guided by the metric alone, deletes the last layers in
+    reverse order up to the depth limit, and acceptance falls; BFS finds the joint optimum."""
     bfs = run(BFSSearch(10, max_depth=4), TRAP)
     greedy_strategy = GreedySearch(10, max_depth=4)
     greedy = run(greedy_strategy, TRAP)
     assert bfs.selected == TRAP_OPTIMUM
     assert bfs.selected_measurement.cost == pytest.approx(0.80)
-    assert greedy_strategy.path[0] == (0,)  # myopic first step
-    assert TRAP_OPTIMUM not in {c for c, _ in greedy.history}
-    assert greedy.selected == Candidate((0,))
-    assert greedy.selected_measurement.cost > bfs.selected_measurement.cost
+    assert greedy_strategy.path == [(9,), (8, 9), (7, 8, 9), (6, 7, 8, 9)]
+    assert greedy.selected == Candidate((6, 7, 8, 9))
+    assert greedy.selected_measurement.accept_length < 0.95 * greedy.dense.accept_length
     # the single skips that are feasible but pricier stay as Pareto alternatives
     assert {c.skip_layers for c, _ in bfs.alternatives} == {(0,), (3,), (7,)}
 
@@ -240,9 +269,22 @@ def test_random_with_whole_space_finds_optimum():
 
 
 def test_ablations_differ_when_one_constraint_binds():
+    """TSS keeps both within 5%; each single-objective search takes its objective's maximum (ties to
+    the cheaper set): A 3.0 at dense and (2,), M 0.8 at dense and (1,)."""
     assert run(BFSSearch(8), TWO).selected == Candidate((4,))
-    assert run(AcceptOnlySearch(8), TWO).selected == Candidate((2, 4))
-    assert run(MetricOnlySearch(8), TWO).selected == Candidate((1, 4))
+    assert run(AcceptOnlySearch(8), TWO).selected == Candidate((2,))
+    assert run(MetricOnlySearch(8), TWO).selected == Candidate((1,))
+
+
+def test_single_objective_baselines_find_their_objectives_maximum():
+    """TWO_WAYS: the highest accept length is (3, 5) (A 3.5, metric ruined), the highest metric
+    (2, 6) (M 0.95); TSS finds nothing within 5% on both and keeps dense."""
+    accept = run(AcceptOnlySearch(10, max_depth=3), TWO_WAYS)
+    metric = run(MetricOnlySearch(10, max_depth=3), TWO_WAYS)
+    assert (accept.selected, accept.selected_measurement.accept_length) == (Candidate((3, 5)), pytest.approx(3.5))
+    assert accept.selected_measurement.metric < 0.5 * accept.dense.metric
+    assert (metric.selected, metric.selected_measurement.metric) == (Candidate((2, 6)), pytest.approx(0.95))
+    assert run(BFSSearch(10, max_depth=3), TWO_WAYS).selected == Candidate()
 
 
 def test_nothing_feasible_selects_dense():
@@ -291,12 +333,36 @@ def test_protected_layers_never_skipped():
         assert all(not {0, 9} & set(c.skip_layers) for c, _ in result.history)
 
 
-def test_greedy_path_is_nested_and_feasible():
-    strategy = GreedySearch(8, max_depth=8)
-    result = run(strategy, additive(8, {}, {}, {}, default=(0.04, 0.0, 0.1)))
-    assert [len(p) for p in strategy.path] == [1, 2, 3]  # 3 * 0.04 = 0.12 <= 0.15 < 0.16
-    assert all(set(a) < set(b) for a, b in zip(strategy.path, strategy.path[1:]))
-    assert result.selected.skip_layers == strategy.path[-1]
+def test_gm_skip_deletes_in_reverse_order_while_the_balance_holds():
+    """8 layers, M0 0.8, sparsity_weight 1: a deletion is kept when it costs at most 0.8 / 8 = 0.1
+    of metric. Layer 7 (-0.05) kept although it ruins acceptance, 6 (-0.2) rejected, 5 (0) and 4
+    (-0.09) kept; the depth limit 3 then stops it."""
+    fn = Counted(additive(8, {7: 1.0}, {7: 0.05, 6: 0.2, 5: 0.0, 4: 0.09}, {}, default=(0.0, 0.0, 0.1)))
+    strategy = GreedySearch(8, max_depth=3)
+    result = run(strategy, fn)
+    assert [c.skip_layers for c in fn.calls] == [(), (7,), (6, 7), (5, 7), (4, 5, 7)]
+    assert strategy.path == [(7,), (5, 7), (4, 5, 7)]
+    assert result.selected == Candidate((4, 5, 7))
+    # without the sparsity term only deletions that cost no metric at all are kept
+    assert run(GreedySearch(8, max_depth=3, sparsity_weight=0.0), fn.fn).selected == Candidate((2, 3, 5))
+
+
+@FAST
+@given(drops=st.lists(st.floats(-0.05, 0.3), min_size=6, max_size=6), weight=st.floats(0, 2), depth=st.integers(1, 6))
+def test_gm_skip_keeps_exactly_the_deletions_that_do_not_lower_the_balance(drops, weight, depth):
+    fn = Counted(additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
+    strategy = GreedySearch(6, max_depth=depth, sparsity_weight=weight)
+    result = run(strategy, fn)
+    kept: tuple[int, ...] = ()
+    tried = []
+    for c in fn.calls[1:]:
+        (layer,) = set(c.skip_layers) - set(kept)
+        tried.append(layer)
+        if weight / 6 - drops[layer] >= -1e-12:
+            kept = c.skip_layers
+    assert tried == sorted(tried, reverse=True), "layers are tried from the last to the first"
+    assert result.selected.skip_layers == kept
+    assert len(kept) <= depth
 
 
 @FAST
@@ -341,7 +407,7 @@ def test_bfs_thresholds_only_from_level_two():
 
 
 def test_thresholds_without_metric():
-    strategy = GreedySearch(4, early_reject=True)
+    strategy = RandomSearch(4, early_reject=True)
     strategy.tell(Candidate(), Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0))
     min_a, min_m = strategy.feasibility_thresholds()
     assert min_a == pytest.approx(1.9) and min_m is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from specsparse.measuring.intervals import metric_interval, paired_ratios
@@ -20,6 +20,7 @@ from specsparse.search.pareto import (
     feasibility_thresholds,
     is_feasible,
     pareto_front,
+    selection_cost,
 )
 from specsparse.types import Candidate, Measurement
 
@@ -300,6 +301,23 @@ class LayerSkipSearch(SearchStrategy):
             feasible=tuple(c for c, _ in feasible),
             notes=tuple(notes),
         )
+
+    def maximising(self, selection: Selection, objective: str) -> Selection:
+        """`selection` with the measured configuration of the highest accept length ("accept") or
+        metric ("metric") selected instead: the single-objective baselines of Table 2. Ties go to the
+        cheaper configuration (modeled cost), then the smaller skip set. Early-stopped measurements
+        are never picked; the alternatives are dropped (one objective has no front)."""
+        def value(m: Measurement) -> float:
+            return m.accept_length if objective == "accept" else (m.metric or 0.0)
+
+        told = [(c, m) for c, m in self.measured.items() if not m.early_stopped]
+        if not told:
+            return selection
+        best, _ = min(told, key=lambda cm: (-value(cm[1]), selection_cost(cm[1], self.select_rule), cm[0].skip_layers))
+        notes = [n for n in selection.notes if n != NOTE_DENSE_SELECTED]
+        if best == self.dense_candidate:
+            notes.append(f"dense has the highest {objective} of everything measured: dense selected")
+        return replace(selection, selected=best, alternatives=(), notes=tuple(notes))
 
 
 def _ratio(x: float, x0: float) -> float:

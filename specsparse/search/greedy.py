@@ -1,5 +1,9 @@
-"""Greedy forward selection of skipped layers (GM-Skip style). Myopic by design: it commits to one
-layer per step and never revisits, so it can miss pairs that are only jointly best."""
+"""GM-Skip (arXiv 2508.18227), the greedy baseline of the TSS paper's Table 2: metric-guided block
+deletion in reverse order, under a score-sparsity balance objective.
+
+Myopic by design: each deletion is decided on its own and never revisited, so it can miss sets that
+are only jointly good, and it looks at the task metric alone, so acceptance may fall.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,24 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from specsparse.search.base import LayerSkipSearch, Selection
-from specsparse.search.pareto import selection_cost
+from specsparse.search.base import NOTE_DENSE_SELECTED, LayerSkipSearch, Selection, Thresholds
 from specsparse.types import Candidate, Measurement
 
 log = logging.getLogger(__name__)
 
 
 class GreedySearch(LayerSkipSearch):
-    """Start from dense; at each step measure the current set plus each remaining layer (one batch),
-    commit to the feasible one with the best score, stop when none is feasible or at max_depth.
+    """Visit the free layers from the last to the first (early blocks are deleted last, so they are
+    kept when the depth limit binds); tentatively delete each from the current model and keep the
+    deletion when the score-sparsity balance does not fall:
 
-    Score of a configuration: `weight_accept * A/A0 + (1 - weight_accept) * M/M0 - cost/cost0`
-    (retained quality minus relative modeled cost, see `pareto.selection_cost`; the quality term is the single ratio in use when only one
-    constraint applies). Ties: lower cost, then the lexicographically smaller skip set.
-    The final pick uses the shared rule over everything measured (cheapest feasible Pareto point),
-    which is the committed path's end or a cheaper configuration seen on the way.
+        J(S) = M(S) / M0 + sparsity_weight * |S| / num_layers,   keep l if J(S + {l}) >= J(S),
+
+    so a deletion may cost at most sparsity_weight * M0 / num_layers of metric. Stops at max_depth
+    deletions (the depth limit every search shares) or after the first layer. The score is the task
+    metric; a domain without one (or with `metric_floor` dropping it) uses accept length instead, with
+    a note. The pick is where the deletions end: GM-Skip knows no acceptance constraint, which is what
+    Table 2 compares. One candidate per step: each decision needs the one before.
     """
 
     name = "greedy"
@@ -33,7 +39,7 @@ class GreedySearch(LayerSkipSearch):
         max_depth: int = 4,
         eps_accept: float = 0.05,
         eps_metric: float = 0.05,
-        weight_accept: float = 0.5,
+        sparsity_weight: float = 1.0,
         protect_layers: Sequence[int] = (),
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
@@ -43,50 +49,63 @@ class GreedySearch(LayerSkipSearch):
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
                          feasibility, metric_floor, select)
-        self.weight_accept = weight_accept
+        if sparsity_weight < 0:
+            raise ValueError(f"sparsity_weight must be >= 0, got {sparsity_weight}")
+        self.sparsity_weight = sparsity_weight
         self.current: tuple[int, ...] = ()
         self.path: list[tuple[int, ...]] = []
-        self._step = -1  # -1: nothing asked, 0: dense asked, t: step t asked
-        self._batch: list[Candidate] = []
-        self._done = False
+        self._untried = list(self.free_layers)  # pop() gives the last layer first
+        self._started = False
+        self._pending: Candidate | None = None  # the deletion asked for and not yet decided
 
-    def score(self, m: Measurement) -> float:
+    def balance(self, m: Measurement, depth: int) -> float:
+        """J = score / dense score + sparsity_weight * depth / num_layers."""
         assert self.dense is not None
-        cost0 = selection_cost(self.dense) or 1.0
-        return self.quality(m, self.weight_accept) - selection_cost(m) / cost0
+        _, use_metric = self._rule()
+        if use_metric:
+            score, dense = (m.metric or 0.0), self.dense.metric
+        else:
+            score, dense = m.accept_length, self.dense.accept_length
+        retained = score / dense if dense else 1.0 + score
+        return retained + self.sparsity_weight * depth / self.num_layers
 
     def ask(self) -> list[Candidate]:
-        if self._done:
+        if not self._started:
+            self._started = True
+            return [self.dense_candidate]
+        if self.dense is None:
             return []
-        if self._step == -1:
-            self._step, self._batch = 0, [self.dense_candidate]
-            return list(self._batch)
-        if self.dense is None or not self._commit():
-            self._done = True
+        self._decide()
+        if len(self.current) >= self.max_depth or not self._untried:
             return []
-        remaining = [layer for layer in self.free_layers if layer not in self.current]
-        if len(self.current) >= self.max_depth or not remaining:
-            self._done = True
-            return []
-        self._step += 1
-        self._batch = [Candidate(self.current + (layer,)) for layer in remaining]
-        return list(self._batch)
+        self._pending = Candidate(tuple(sorted((*self.current, self._untried.pop()))))
+        return [self._pending]
 
-    def _commit(self) -> bool:
-        """Move `current` to the best feasible configuration of the last batch; False if none."""
-        if self._step == 0:
-            return True
-        told = [(c, self.measured[c]) for c in self._batch if c in self.measured]
-        feasible = [(c, m) for c, m in told if self.feasible(m)]
-        if not feasible:
-            log.info("greedy step %d: no feasible extension of %s, stopping", self._step, self.current)
-            return False
-        best, m = min(feasible, key=lambda cm: (-self.score(cm[1]), selection_cost(cm[1]), cm[0].skip_layers))
-        self.current = best.skip_layers
-        self.path.append(self.current)
-        log.info("greedy step %d: commit %s (score %.4f)", self._step, self.current, self.score(m))
-        return True
+    def _decide(self) -> None:
+        """Keep the pending deletion if its balance does not fall (not if it was cut short or never
+        measured, e.g. at the end of the budget)."""
+        candidate, self._pending = self._pending, None
+        m = None if candidate is None else self.measured.get(candidate)
+        if m is None or m.early_stopped:
+            return
+        before = self.measured[Candidate(self.current)]
+        if self.balance(m, len(candidate.skip_layers)) >= self.balance(before, len(self.current)):
+            self.current = candidate.skip_layers
+            self.path.append(self.current)
+            log.info("greedy: deletion kept, skipping %s", list(self.current))
+
+    def feasibility_thresholds(self) -> Thresholds | None:
+        return None  # GM-Skip decides on the metric alone: the TSS thresholds cannot cut its measurements
 
     def select(self) -> Selection:
-        sel = super().select()
-        return dataclasses.replace(sel, info={"path": [list(p) for p in self.path]})
+        if self.dense is not None:
+            self._decide()  # the last answer, when the search ended on it
+        shared = super().select()  # notes, and which configurations pass the TSS rule (for reports)
+        selected = Candidate(self.current)
+        notes = [n for n in shared.notes if n != NOTE_DENSE_SELECTED or selected == self.dense_candidate]
+        if selected == self.dense_candidate and NOTE_DENSE_SELECTED not in notes:
+            notes.append(NOTE_DENSE_SELECTED)
+        if self.dense is not None and not self._rule()[1]:
+            notes.append("greedy: no metric to guide the deletions, accept length used instead")
+        return dataclasses.replace(shared, selected=selected, alternatives=(), notes=tuple(notes),
+                                   info={"path": [list(p) for p in self.path], "sparsity_weight": self.sparsity_weight})

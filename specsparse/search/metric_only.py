@@ -1,4 +1,4 @@
-"""BFS whose pool filter and feasibility rule use the task metric only (ablation of TSS).
+"""Metric-only search, a Table 2 baseline: maximise the task metric, ignoring accept length.
 
 On a domain without references (no metric) it falls back to acceptance and says so in the notes.
 """
@@ -7,13 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsparse.search.base import Selection
 from specsparse.search.bfs import BFSSearch
 
 
 class MetricOnlySearch(BFSSearch):
-    """`BFSSearch(objectives=("metric",))`: accept length is measured but never constrains."""
+    """The BFS of TSS with the task metric as its only objective (the pool and the level-to-level rule
+    use M alone; accept length is measured but never constrains), and the measured configuration with
+    the highest metric selected. Same depth limit as every search."""
 
     name = "metric_only"
 
     def __init__(self, num_layers: int, **kwargs: Any) -> None:
         super().__init__(num_layers, objectives=("metric",), **kwargs)
+
+    def select(self) -> Selection:
+        dense = self.dense
+        objective = "metric" if dense is not None and dense.metric is not None else "accept"
+        return self.maximising(super().select(), objective)

@@ -99,7 +99,7 @@ def tpe_factory(seed=0):
 LAYER_STRATEGIES = {
     "bfs": lambda L, seed=0: BFSSearch(L, max_depth=3),
     "greedy": lambda L, seed=0: GreedySearch(L, max_depth=3),
-    "random": lambda L, seed=0: RandomSearch(L, max_depth=3, budget=40, seed=seed),
+    "random": lambda L, seed=0: RandomSearch(L, max_depth=3, seed=seed),
     "accept_only": lambda L, seed=0: AcceptOnlySearch(L, max_depth=3),
     "metric_only": lambda L, seed=0: MetricOnlySearch(L, max_depth=3),
 }
@@ -196,12 +196,14 @@ def test_contract_each_strategy_selects_by_its_own_rule():
             assert result.selected_measurement.metric == max(m.metric for _, m in told)
         elif name == "greedy":
             assert result.selected.skip_layers == (strategy.path[-1] if strategy.path else ())
+        elif name == "random":  # a random pick at the TSS depth
+            assert result.selected == (strategy.drawn[0] if strategy.drawn else Candidate())
         else:
             feasible = [m for c, m in told if c in result.feasible]
             assert result.selected_measurement.cost == min(m.cost for m in feasible)
 
 
-@pytest.mark.parametrize("name", ["bfs", "random"])
+@pytest.mark.parametrize("name", ["bfs"])
 def test_contract_selected_is_cheapest_feasible(name):
     strategy = LAYER_STRATEGIES[name](10)
     result = run(strategy, TRAP)
@@ -241,6 +243,9 @@ def test_contract_metric_none_uses_acceptance_only(name):
     elif name == "greedy":  # GM-Skip: guided by accept length instead, still without a constraint
         assert any("accept length used instead" in n for n in result.notes)
         assert result.selected.skip_layers
+    elif name == "random":  # unconstrained, at the depth of the TSS pick
+        bfs = run(BFSSearch(10, max_depth=3), fn)
+        assert len(result.selected.skip_layers) == len(bfs.selected.skip_layers) > 0
     else:
         assert result.selected.skip_layers  # acceptance alone still allows skipping
         assert result.selected_measurement.accept_length >= 0.95 * 3.0 - 1e-9
@@ -262,10 +267,21 @@ def test_bfs_finds_joint_optimum_that_greedy_misses():
     assert {c.skip_layers for c, _ in bfs.alternatives} == {(0,), (3,), (7,)}
 
 
-def test_random_with_whole_space_finds_optimum():
-    result = run(RandomSearch(10, max_depth=2, budget=1000, seed=1), TRAP)
-    assert result.n_measured == 1 + 10 + 45
-    assert result.selected == TRAP_OPTIMUM
+def test_random_draws_at_the_depth_of_the_tss_selection():
+    """TRAP: TSS selects (3, 7), so random draws sets of 2 layers; the BFS it runs first is TSS's own
+    (same measurements), and the first draw is the pick."""
+    bfs_calls, random_calls = Counted(TRAP), Counted(TRAP)
+    run(BFSSearch(10, max_depth=3), bfs_calls)
+    strategy = RandomSearch(10, max_depth=3, draws=4, seed=1)
+    result = run(strategy, random_calls)
+    assert random_calls.calls[: len(bfs_calls.calls)] == bfs_calls.calls
+    draws = [c.skip_layers for c in strategy.drawn]
+    assert len(draws) == len(set(draws)) == 4 and all(len(d) == 2 for d in draws)
+    assert result.selected == strategy.drawn[0]
+    assert [c for c, _ in result.alternatives] == strategy.drawn[1:]
+    measured = dict(result.history)
+    assert result.info["mean_accept_of_draws"] == pytest.approx(
+        sum(measured[c].accept_length for c in strategy.drawn) / 4)
 
 
 def test_ablations_differ_when_one_constraint_binds():
@@ -289,7 +305,7 @@ def test_single_objective_baselines_find_their_objectives_maximum():
 
 def test_nothing_feasible_selects_dense():
     fn = additive(6, {}, {}, {}, default=(1.0, 0.5, 0.1))
-    for strategy in (BFSSearch(6), GreedySearch(6), RandomSearch(6, budget=10)):
+    for strategy in (BFSSearch(6), GreedySearch(6), RandomSearch(6)):
         result = run(strategy, fn)
         assert result.selected == Candidate()
         assert NOTE_DENSE_SELECTED in result.notes
@@ -328,7 +344,7 @@ def test_bfs_pool_cap_ranks_by_retained_quality():
 
 def test_protected_layers_never_skipped():
     for strategy in (BFSSearch(10, protect_layers=(0, 9)), GreedySearch(10, protect_layers=(0, 9)),
-                     RandomSearch(10, budget=30, protect_layers=(0, 9))):
+                     RandomSearch(10, depth=3, draws=30, protect_layers=(0, 9))):
         result = run(strategy, TRAP)
         assert all(not {0, 9} & set(c.skip_layers) for c, _ in result.history)
 
@@ -366,21 +382,28 @@ def test_gm_skip_keeps_exactly_the_deletions_that_do_not_lower_the_balance(drops
 
 
 @FAST
-@given(seed=st.integers(0, 2**31), budget=st.integers(0, 200), depth=st.integers(1, 3))
-def test_random_distinct_within_depth_and_capped(seed, budget, depth):
-    strategy = RandomSearch(7, max_depth=depth, budget=budget, seed=seed, batch_size=5)
+@given(seed=st.integers(0, 2**31), draws=st.integers(1, 60), depth=st.integers(1, 3))
+def test_random_draws_are_distinct_of_one_depth_and_capped(seed, draws, depth):
+    strategy = RandomSearch(7, max_depth=3, depth=depth, draws=draws, seed=seed)
     fn = Counted(TRAP)
     run(strategy, fn)
     sets = [c.skip_layers for c in fn.calls[1:]]
-    space = sum(math.comb(7, k) for k in range(1, depth + 1))
-    assert len(sets) == len(set(sets)) == min(budget, space)
-    assert all(1 <= len(s) <= depth for s in sets)
+    assert len(sets) == len(set(sets)) == min(draws, math.comb(7, depth))
+    assert all(len(s) == depth for s in sets)
+
+
+def test_random_draws_are_uniform_over_sets_of_the_depth():
+    """All 10 sets of 2 of 5 layers, one draw per seed over 2000 seeds: a chi-square test of uniformity."""
+    counts = Counter(RandomSearch(5, depth=2, draws=1, seed=seed)._draw(2)[0].skip_layers for seed in range(2000))
+    assert len(counts) == 10
+    statistic = sum((n - 200) ** 2 / 200 for n in counts.values())
+    assert statistic < 27.88  # the chi-square quantile for p = 0.001 at 9 degrees of freedom
 
 
 def test_random_seed_changes_sequence():
     a, b = Counted(TRAP), Counted(TRAP)
-    run(RandomSearch(10, budget=10, seed=0), a)
-    run(RandomSearch(10, budget=10, seed=1), b)
+    run(RandomSearch(10, depth=2, draws=3, seed=0), a)
+    run(RandomSearch(10, depth=2, draws=3, seed=1), b)
     assert a.calls != b.calls
 
 
@@ -407,7 +430,8 @@ def test_bfs_thresholds_only_from_level_two():
 
 
 def test_thresholds_without_metric():
-    strategy = RandomSearch(4, early_reject=True)
+    strategy = BFSSearch(4, early_reject=True)
+    strategy.level = 2  # thresholds apply from the pairs on
     strategy.tell(Candidate(), Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0))
     min_a, min_m = strategy.feasibility_thresholds()
     assert min_a == pytest.approx(1.9) and min_m is None

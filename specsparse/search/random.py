@@ -1,27 +1,34 @@
-"""Random search over skip sets: a baseline for the structured searches."""
+"""Random search, a Table 2 baseline: uniformly random skip sets at the depth of the TSS selection."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from specsparse.search.base import LayerSkipSearch
-from specsparse.types import Candidate
+from specsparse.search.base import NOTE_DENSE_SELECTED, LayerSkipSearch, Selection, Thresholds
+from specsparse.search.bfs import BFSSearch
+from specsparse.types import Candidate, Measurement
 
 log = logging.getLogger(__name__)
 
 
 class RandomSearch(LayerSkipSearch):
-    """Dense first, then `budget` distinct random skip sets of 1..max_depth layers.
+    """`draws` distinct skip sets of `depth` free layers, each uniform among the sets of that depth,
+    from `numpy.random.default_rng(seed)`; the first draw is the selection (a random pick: no
+    constraint decides it; a draw cut short by early rejection is passed over), the other draws are
+    kept as alternatives, and the mean accept length, metric and modeled cost over all draws are in
+    `info` (`mean_*_of_draws`) and the notes: the paper averages random search over several seeds.
 
-    Each sample draws its depth uniformly from the depths not yet exhausted, then a uniform set of that
-    many free layers, from `numpy.random.default_rng(seed)`; repeats are redrawn. Proposals do not depend
-    on measurements, so the same seed gives the same sequence. `batch_size` sets how many are proposed
-    per `ask` (None: all at once, which suits a parallel runner). `budget` is capped at the number of
-    distinct skip sets.
+    depth None (the paper's protocol): the depth of the TSS selection on the same calibration split,
+    found by running the TSS BFS first with this search's settings (`bfs_options` as for `bfs`; in a
+    sweep after a bfs job every one of its measurements comes from the results store). When TSS keeps
+    the dense model, depth is 0 and the pick is dense. Either way depth is at most max_depth, the
+    depth limit every search shares.
     """
 
     name = "random"
@@ -30,51 +37,87 @@ class RandomSearch(LayerSkipSearch):
         self,
         num_layers: int,
         max_depth: int = 4,
-        budget: int = 32,
+        depth: int | None = None,
+        draws: int = 5,
         seed: int = 0,
         eps_accept: float = 0.05,
         eps_metric: float = 0.05,
-        batch_size: int | None = None,
         protect_layers: Sequence[int] = (),
         objectives: Sequence[str] = ("accept", "metric"),
         early_reject: bool = False,
         feasibility: str = "point",
         metric_floor: float = 0.0,
         select: str = "time_per_token",
+        bfs_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
                          feasibility, metric_floor, select)
-        if budget < 0:
-            raise ValueError(f"budget must be >= 0, got {budget}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+        if depth is not None and not 0 <= depth <= min(max_depth, len(self.free_layers)):
+            raise ValueError(f"depth must be in 0..{min(max_depth, len(self.free_layers))} (max_depth), got {depth}")
+        if draws < 1:
+            raise ValueError(f"draws must be >= 1, got {draws}")
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        n = len(self.free_layers)
-        self._space = {k: math.comb(n, k) for k in range(1, min(max_depth, n) + 1)}
-        self.budget = min(budget, sum(self._space.values()))
-        self.batch_size = batch_size
-        self._seen: set[tuple[int, ...]] = set()
-        self._per_depth = dict.fromkeys(self._space, 0)
+        self.draws = draws
+        self.depth = depth
+        self.tss = None if depth is not None else BFSSearch(
+            num_layers, max_depth, eps_accept, eps_metric, protect_layers=protect_layers, objectives=objectives,
+            early_reject=early_reject, feasibility=feasibility, metric_floor=metric_floor, select=select,
+            **(bfs_options or {}))
+        self.drawn: list[Candidate] = []
         self._started = False
 
-    def _sample(self) -> tuple[int, ...]:
-        depths = [k for k, size in self._space.items() if self._per_depth[k] < size]
-        k = int(self.rng.choice(depths))
-        while True:
-            picked = self.rng.choice(len(self.free_layers), size=k, replace=False)
-            skip = tuple(sorted(self.free_layers[i] for i in picked))
-            if skip not in self._seen:
-                self._seen.add(skip)
-                self._per_depth[k] += 1
-                return skip
+    def tell(self, candidate: Candidate, measurement: Measurement) -> None:
+        super().tell(candidate, measurement)
+        if self.tss is not None:
+            self.tss.tell(candidate, measurement)
 
     def ask(self) -> list[Candidate]:
-        if not self._started:
+        if not self._started:  # dense first (the BFS's own level 0, when it runs)
             self._started = True
-            return [self.dense_candidate]
-        left = self.budget - len(self._seen)
-        if self.dense is None or left <= 0:
+            return self.tss.ask() if self.tss is not None else [self.dense_candidate]
+        if self.dense is None or self.drawn:
             return []
-        n = left if self.batch_size is None else min(left, self.batch_size)
-        return [Candidate(self._sample()) for _ in range(n)]
+        if self.depth is None:
+            batch = self.tss.ask()
+            if batch:
+                return batch
+            self.depth = len(self.tss.select().selected.skip_layers)
+            log.info("random: the TSS selection skips %d layers; drawing %d sets of that depth", self.depth, self.draws)
+        self.drawn = self._draw(self.depth)
+        return [c for c in self.drawn if c not in self.measured]
+
+    def _draw(self, depth: int) -> list[Candidate]:
+        if depth == 0:
+            return [self.dense_candidate]
+        count = min(self.draws, math.comb(len(self.free_layers), depth))
+        drawn: list[Candidate] = []
+        while len(drawn) < count:
+            picked = self.rng.choice(len(self.free_layers), size=depth, replace=False)
+            candidate = Candidate(tuple(sorted(self.free_layers[i] for i in picked)))
+            if candidate not in drawn:
+                drawn.append(candidate)
+        return drawn
+
+    def feasibility_thresholds(self) -> Thresholds | None:
+        return None if self.tss is None or self.drawn else self.tss.feasibility_thresholds()
+
+    def select(self) -> Selection:
+        shared = super().select()  # notes, and which configurations pass the TSS rule (for reports)
+        drawn = [c for c in self.drawn if c in self.measured and not self.measured[c].early_stopped]
+        if not drawn or drawn[0] == self.dense_candidate:  # TSS kept dense (depth 0), or nothing drawn
+            return dataclasses.replace(shared, selected=self.dense_candidate, alternatives=(),
+                                       info={"depth": self.depth or 0})
+        measured = [self.measured[c] for c in drawn]
+        metrics = [m.metric for m in measured if m.metric is not None]
+        info = {"depth": self.depth, "draws": [list(c.skip_layers) for c in drawn],
+                "mean_accept_of_draws": float(np.mean([m.accept_length for m in measured])),
+                "mean_metric_of_draws": float(np.mean(metrics)) if len(metrics) == len(measured) else None,
+                "mean_cost_of_draws": float(np.mean([m.cost for m in measured]))}
+        metric = info["mean_metric_of_draws"]
+        notes = [n for n in shared.notes if n != NOTE_DENSE_SELECTED]
+        notes.append(f"random: {len(drawn)} uniform skip sets of depth {self.depth}, the first is the pick; "
+                     f"calibration means over the draws: A {info['mean_accept_of_draws']:.3f}, "
+                     f"M {'n/a' if metric is None else format(metric, '.3f')}")
+        return dataclasses.replace(shared, selected=drawn[0], alternatives=tuple(drawn[1:]), notes=tuple(notes),
+                                   info=info)

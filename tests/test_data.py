@@ -310,3 +310,25 @@ def test_split_is_stable_and_excludes_ids():
         split_examples(_examples(["a", "a"]))
     with pytest.raises(ValueError, match="calibration_fraction"):
         split_examples(examples, 1.0)
+
+
+def test_spec_bench_qa_takes_its_answers_from_a_references_file(tmp_path):
+    """Spec-Bench qa ships no answers: a question_id -> answers JSONL gives them; a question without
+    a row is an error naming it."""
+    questions = tmp_path / "question.jsonl"
+    rows = [{"question_id": 81 + i, "category": "qa", "turns": [f"Question {i}?"]} for i in range(3)]
+    rows.append({"question_id": 200, "category": "translation", "turns": ["Translate: Hallo"], "reference": "Hello"})
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text('{"question_id": 81, "answers": ["a", "b"]}\n{"question_id": 82, "answer": "c"}\n'
+                       '{"question_id": 83, "answers": ["d"]}\n')
+    assert all(ex.references == () for ex in load_examples("qa", "spec_bench", path=str(questions)))
+    joined = load_examples("qa", "spec_bench", path=str(questions), references=str(answers))
+    assert [(ex.id, ex.references) for ex in joined] == [
+        ("spec_bench-qa-81", ("a", "b")), ("spec_bench-qa-82", ("c",)), ("spec_bench-qa-83", ("d",))]
+    answers.write_text('{"question_id": 81, "answers": ["a"]}\n')
+    with pytest.raises(ValueError, match="no answers for 2 questions .*spec_bench-qa-82"):
+        load_examples("qa", "spec_bench", path=str(questions), references=str(answers))
+    answers.write_text('{"question_id": 81}\n')
+    with pytest.raises(ValueError, match="line 1: need a question_id and answers"):
+        load_examples("qa", "spec_bench", path=str(questions), references=str(answers))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,17 @@ def _builtin_mmlu(file: Path, subjects: Sequence[str] | None, shots: int) -> lis
 # --------------------------------------------------------------------------- Spec-Bench
 
 
-def load_spec_bench(domain: Domain, path: str | None = None, categories: Sequence[str] | None = None) -> list[Example]:
+def load_spec_bench(
+    domain: Domain, path: str | None = None, categories: Sequence[str] | None = None, references: str | None = None
+) -> list[Example]:
     """Spec-Bench question.jsonl (Xia et al., 2024): the categories of `domain`, or the chosen subset.
 
     References: translation/summarization the reference text, math_reasoning the GSM8K rationale
     ending in '#### N', rag the list of acceptable answers; qa has none. MT-bench references (one
     per turn, on some categories) are not answers a metric can use and are dropped.
+    references: a JSONL of {"question_id": ..., "answers": [...]} (or "answer": "...") rows whose
+    answers replace the file's own, for the QA prompts, which Spec-Bench ships without answers
+    (`domain.options={references: /abs/answers.jsonl}`). Every loaded question needs a row.
     """
     own = SPEC_BENCH_CATEGORIES.get(domain.name)
     if own is None:
@@ -128,7 +134,23 @@ def load_spec_bench(domain: Domain, path: str | None = None, categories: Sequenc
         examples.append(
             Example(f"spec_bench-{row['category']}-{row['question_id']}", domain.name, tuple(row["turns"]), refs, "spec_bench")
         )
+    if references is not None:
+        examples = _join_references(examples, _require_file(references, "references file", "domain.options.references"))
     return examples
+
+
+def _join_references(examples: list[Example], file: Path) -> list[Example]:
+    """`examples` with the answers of `file` (question_id -> answers) as their references."""
+    answers: dict[str, tuple[str, ...]] = {}
+    for line, row in read_jsonl(file):
+        if not isinstance(row, dict) or "question_id" not in row or not ({"answers", "answer"} & set(row)):
+            raise ValueError(f"{file} line {line}: need a question_id and answers (a list) or answer (a string)")
+        answers[str(row["question_id"])] = _as_strings(row.get("answers", row.get("answer")))
+    missing = [ex.id for ex in examples if ex.id.rsplit("-", 1)[1] not in answers]
+    if missing:
+        raise ValueError(f"{file} has no answers for {len(missing)} questions ({', '.join(missing[:3])}"
+                         f"{', ...' if len(missing) > 3 else ''}): add rows for them or choose other categories")
+    return [replace(ex, references=answers[ex.id.rsplit("-", 1)[1]]) for ex in examples]
 
 
 # --------------------------------------------------------------------------- MMLU

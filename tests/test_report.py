@@ -77,7 +77,11 @@ def test_tables(sweep):
     mt = t1.set_index("domain").loc["mt_bench"]
     assert pd.isna(mt["metric_native"]) and pd.isna(mt["metric_tss"])  # no references: no metric, not 0
     assert mt["accept_native"] > 0 and 0 <= mt["skipped_ratio"] <= 1
+    assert set(t1["method"]) == {"pld"}  # the drafter every job of the sweep ran (the quickstart preset's)
+    timing = next(r.summary["timing_test"] for r in records if r.domain == "mt_bench" and r.strategy == "bfs")
+    assert mt["tokens_per_s_native"] == dict(zip(timing["labels"], timing["tokens_per_s"]))["dense"] > 0
     t2 = table2(records)
+    assert (t2["tokens_per_s"] > 0).all()  # each pick's engine tokens/s, timed side by side on test
     assert sorted(zip(t2["domain"], t2["strategy"])) == [
         ("mt_bench", "bfs"), ("mt_bench", "greedy"), ("translation", "bfs"), ("translation", "greedy")]
     assert (t2["configurations"] >= t2["new_measurements"]).all()
@@ -148,5 +152,6 @@ def test_tables_from_summaries_alone():
     assert t1.loc[0, "modeled_speedup"] == pytest.approx(12.0 / 10.0)  # from the cost profile, labelled so
     assert table2([record]).loc[0, "configurations"] == 7
     written = build_report([record], Path(os.environ.get("TMPDIR", "/tmp")) / "specsparse-report-test", plots=False)
-    # two metrics, and what this older summary lacks (intervals, plain decoding, verdict): n/a, never 0
-    assert written["table1"][0].read_text().count("n/a") == 11
+    # two metrics, and what this older summary lacks (method, intervals, plain decoding and the other
+    # side-by-side timings, verdict): n/a, never 0
+    assert written["table1"][0].read_text().count("n/a") == 14

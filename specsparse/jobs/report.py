@@ -3,12 +3,12 @@
     records = find_jobs(["outputs/multirun/2025-01-01_10-00-00"])   # every summary.json below
     paths = build_report(records, out_dir="outputs/report", stores=["outputs/store.sqlite"])
 
-Table 1 (per domain, TSS): native vs TSS accept length, metric, modeled tokens/s, the speedup measured
-side by side on the test split (with its 95% interval) beside the modeled one, and the share of layers
-skipped, from the held-out test evaluation of each domain's latest job of the TSS strategy (`strategy`,
-default "bfs"). A speedup is never computed from timings of different runs.
-Table 2 (per domain and strategy): selected skip set, accept length A, metric M, cost, configurations
-measured and search wall time.
+Table 1 (per model, method = drafter, and domain, TSS): native vs TSS accept length, metric, tokens/s
+and the speedup measured side by side on the test split (with its 95% interval) beside the modeled
+one, and the share of layers skipped, from the held-out test evaluation of the latest job of the TSS
+strategy (`strategy`, default "bfs"). A speedup is never computed from timings of different runs.
+Table 2 (per model, method, domain and strategy): selected skip set, accept length A, metric M,
+measured tokens/s and speedup on the test split, cost, configurations measured and search wall time.
 Each table is written as Markdown, LaTeX and CSV. Figures (PNG): the Pareto front per domain (A vs M,
 cost as colour, selected configuration marked) from the job's measurements.csv, and the single-layer
 skip ablation (change in A and M per skipped layer, per domain) from the store's single-layer
@@ -152,13 +152,15 @@ def latest(records: Iterable[JobRecord], *keys: str) -> dict[tuple, JobRecord]:
     return chosen
 
 
-def tss_jobs(records: Sequence[JobRecord], strategy: str = "bfs") -> dict[tuple, JobRecord]:
-    """Latest job per (model, domain) of `strategy`; domains with none fall back to their latest job
-    (Table 1's strategy column says which)."""
-    picked = latest([r for r in records if r.strategy == strategy], "model", "domain")
-    for key, record in latest(records, "model", "domain").items():
+def tss_jobs(
+    records: Sequence[JobRecord], strategy: str = "bfs", keys: tuple[str, ...] = ("model", "domain")
+) -> dict[tuple, JobRecord]:
+    """Latest job per `keys` (JobRecord attributes) of `strategy`; keys with none fall back to their
+    latest job (Table 1's strategy column says which)."""
+    picked = latest([r for r in records if r.strategy == strategy], *keys)
+    for key, record in latest(records, *keys).items():
         picked.setdefault(key, record)
-    return dict(sorted(picked.items()))
+    return dict(sorted(picked.items(), key=lambda item: tuple(str(k) for k in item[0])))
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
     measured speedups (TSS over native, and both over plain decoding) with intervals, the modeled
     speedup, the skipped-layer ratio, and whether the selection held on the test split."""
     rows = []
-    for (model, domain), record in tss_jobs(records, strategy).items():
+    for (model, method, domain), record in tss_jobs(records, strategy, ("model", "drafter", "domain")).items():
         s = record.summary
         split, dense, selected = _split_numbers(s)
         skip = s.get("selected_skip_layers") or []
@@ -201,6 +203,7 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
         versus_plain = s.get("speedup_test_vs_plain") or s.get("speedup_dense_vs_plain")
         rows.append({
             "model": model,
+            "method": method,
             "domain": domain,
             "strategy": record.strategy,
             "split": split,
@@ -213,6 +216,8 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
             "metric_tss": _get(selected, "metric"),
             "metric_tss_ci": _ci(s, split, "metric_selected"),
             "plain_tokens_per_s": s.get("plain_tokens_per_s_test") if split == "test" else None,
+            "tokens_per_s_native": _measured_rate(s, "dense") if split == "test" else None,
+            "tokens_per_s_tss": _measured_rate(s, "selected", "dense") if split == "test" else None,
             "speedup_vs_plain": None if not versus_plain or split != "test" else versus_plain[0],
             "speedup_vs_plain_ci": None if not versus_plain or split != "test" else f"{versus_plain[1]:.2f}-{versus_plain[2]:.2f}",
             "speedup": measured,
@@ -225,13 +230,22 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
 
 
-TABLE1_COLUMNS = ["model", "domain", "strategy", "split", "accept_native", "accept_native_ci", "accept_tss",
-                  "accept_tss_ci", "metric_native", "metric_native_ci", "metric_tss", "metric_tss_ci",
-                  "plain_tokens_per_s", "speedup_vs_plain", "speedup_vs_plain_ci", "speedup", "speedup_ci",
-                  "modeled_speedup", "skipped_layers", "skipped_ratio", "held_out"]
-TABLE2_COLUMNS = ["model", "domain", "strategy", "split", "selected_skip_layers", "accept", "accept_ci", "metric",
-                  "metric_ci", "speedup", "speedup_ci", "speedup_vs_plain", "held_out", "cost_ms_per_token",
-                  "configurations", "new_measurements", "search_wall_time_s"]
+TABLE1_COLUMNS = ["model", "method", "domain", "strategy", "split", "accept_native", "accept_native_ci",
+                  "accept_tss", "accept_tss_ci", "metric_native", "metric_native_ci", "metric_tss", "metric_tss_ci",
+                  "plain_tokens_per_s", "tokens_per_s_native", "tokens_per_s_tss", "speedup_vs_plain",
+                  "speedup_vs_plain_ci", "speedup", "speedup_ci", "modeled_speedup", "skipped_layers", "skipped_ratio",
+                  "held_out"]
+TABLE2_COLUMNS = ["model", "method", "domain", "strategy", "split", "selected_skip_layers", "accept", "accept_ci",
+                  "metric", "metric_ci", "tokens_per_s", "speedup", "speedup_ci", "speedup_vs_plain", "held_out",
+                  "cost_ms_per_token", "configurations", "new_measurements", "search_wall_time_s"]
+
+
+def _measured_rate(summary: dict[str, Any], label: str, fallback: str | None = None) -> float | None:
+    """Engine tokens/s of `label` in the job's side-by-side timing (`fallback` when the job timed no
+    such configuration: a dense pick is timed as "dense")."""
+    timing = summary.get("timing_test") or {}
+    rates = dict(zip(timing.get("labels", ()), timing.get("tokens_per_s", ())))
+    return rates.get(label, rates.get(fallback) if fallback else None)
 
 
 def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
@@ -241,7 +255,8 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
     new_measurements and search_wall_time_s count only the job's own run.
     """
     rows = []
-    for (model, domain, strategy), record in sorted(latest(records, "model", "domain", "strategy").items()):
+    groups = latest(records, "model", "drafter", "domain", "strategy")
+    for (model, method, domain, strategy), record in sorted(groups.items(), key=lambda i: tuple(map(str, i[0]))):
         s = record.summary
         split, _, selected = _split_numbers(s)
         cost = s["search_cost"]
@@ -250,6 +265,7 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
             label += f" vocab={s['selected_vocab_size']}"
         rows.append({
             "model": model,
+            "method": method,
             "domain": domain,
             "strategy": strategy,
             "split": split,
@@ -258,6 +274,7 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
             "accept_ci": _ci(s, split, "accept_selected", 2),
             "metric": _get(selected, "metric"),
             "metric_ci": _ci(s, split, "metric_selected"),
+            "tokens_per_s": _measured_rate(s, "selected", "dense") if split == "test" else None,
             "speedup": s.get("speedup_test") if split == "test" else None,
             "speedup_ci": None if not s.get("speedup_test_interval") or split != "test"
             else "{:.2f}-{:.2f}".format(*s["speedup_test_interval"]),
@@ -272,7 +289,8 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
 
 
 # -- formatting ------------------------------------------------------------------------------------
-DIGITS = {"speedup": 2, "modeled_speedup": 2, "speedup_vs_plain": 2, "plain_tokens_per_s": 1, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
+DIGITS = {"tokens_per_s": 1, "tokens_per_s_native": 1, "tokens_per_s_tss": 1, "speedup": 2, "modeled_speedup": 2,
+          "speedup_vs_plain": 2, "plain_tokens_per_s": 1, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
           "modeled_tokens_per_s_tss": 1, "cost_ms_per_token": 2, "search_wall_time_s": 1}
 
 

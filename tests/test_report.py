@@ -113,7 +113,12 @@ def test_report_command_writes_tables_plots_and_merged_map(sweep, capsys):
     assert set(ablation[ablation["domain"] == "mt_bench"]["delta_metric"]) == {"n/a"}
     config_map = load_config_map(merged)
     assert set(config_map.domains) == {"translation", "mt_bench"} and config_map.num_layers == 4
-    assert (out / "report.md").read_text().count("![") == 3
+    dense = pd.read_csv(out / "dense_accept_length.csv")  # Fig. 2: the dense accept length per domain and drafter
+    assert sorted(zip(dense["drafter"], dense["domain"])) == [
+        ("PromptLookupDrafter", "mt_bench"), ("PromptLookupDrafter", "translation")]
+    assert (dense["accept_length"] >= 1).all() and (dense["prompts"] > 0).all()
+    assert (out / "dense_accept_length.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "report.md").read_text().count("![") == 4
 
 
 def test_single_layer_ablation_reads_the_store(sweep):

@@ -1,9 +1,11 @@
-"""The report's Pareto figure (PNG, matplotlib without pyplot); the single-layer ablation's figure is
-in `specsparse.jobs.ablation`."""
+"""The report's figures (PNG, matplotlib without pyplot): the Pareto front of a search, and the dense
+accept length per domain and drafter (the papers' Fig. 2); the single-layer ablation's figure (Fig. 3)
+is in `specsparse.jobs.ablation`."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -42,6 +44,55 @@ def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pat
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """The papers' Fig. 2 data: the dense target's accept length per (model, drafter, domain), from the
+    stored dense measurements of the calibration splits (the latest when a setting was measured
+    several times, e.g. with other generation settings)."""
+    from specsparse.jobs.store import ResultsStore  # noqa: PLC0415 - figures stay importable without sqlite work
+
+    latest: dict[tuple[str, str, str], dict] = {}
+    for store_path in stores:
+        if not Path(store_path).is_file():
+            continue
+        with ResultsStore(store_path) as store:
+            rows = store.rows(split="calibration", early_stopped=False)
+        for row in rows:
+            if row.get("candidate.skip_layers") != () or row.get("candidate.vocab_size") is not None:
+                continue
+            drafter = str(row.get("drafter.target", "")).rsplit(".", 1)[-1]
+            key = (str(row.get("model")), drafter, str(row.get("domain.name")))
+            if key not in latest or row["created"] >= latest[key]["created"]:
+                latest[key] = row
+    out = [{"model": m, "drafter": d, "domain": domain, "accept_length": row["accept_length"],
+            "prompts": len(row.get("example_ids") or ())}
+           for (m, d, domain), row in sorted(latest.items())]
+    return pd.DataFrame(out, columns=["model", "drafter", "domain", "accept_length", "prompts"])
+
+
+def plot_dense_accept(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
+    """Grouped bars: the dense target's accept length per domain, one bar per drafter (Fig. 2)."""
+    fig = new_figure(7.0, 4.0)
+    ax = fig.subplots()
+    domains = sorted(frame["domain"].unique())
+    drafters = sorted(frame["drafter"].unique())
+    width = 0.8 / max(len(drafters), 1)
+    for i, drafter in enumerate(drafters):
+        rows = frame[frame["drafter"] == drafter].set_index("domain")
+        heights = [rows["accept_length"].get(d, float("nan")) for d in domains]
+        ax.bar([x + i * width for x in range(len(domains))], heights, width, label=drafter)
+    ax.set_xticks([x + width * (len(drafters) - 1) / 2 for x in range(len(domains))], domains, rotation=20)
+    ax.axhline(1.0, color="black", lw=0.8)  # plain decoding
+    ax.set_ylabel("dense accept length (tokens per verification)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, merge_config_maps, write_config_map
 from specsparse.jobs.ablation import plot_ablation, single_layer_ablation
-from specsparse.jobs.figures import plot_pareto
+from specsparse.jobs.figures import dense_accept_lengths, plot_dense_accept, plot_pareto
 from specsparse.util import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -405,6 +405,15 @@ def build_report(
                 written["ablation"].append(plot_ablation(rows, f"single-layer skips on {model}", out / name))
             sections += ["## Single-layer skip ablation", ""] + [
                 f"![{p.stem}]({p.name})" for p in written["ablation"] if p.suffix == ".png"] + [""]
+        dense = dense_accept_lengths(stores)
+        written["dense_accept"] = []
+        if not dense.empty:
+            written["dense_accept"].append(atomic_write_text(out / "dense_accept_length.csv", to_csv(dense)))
+            for model, rows in dense.groupby("model", sort=True):
+                name = "dense_accept_length.png" if dense["model"].nunique() == 1 else f"dense_accept_length_{model}.png"
+                written["dense_accept"].append(plot_dense_accept(rows, f"dense accept length on {model}", out / name))
+            sections += ["## Dense accept length per domain and drafter", ""] + [
+                f"![{p.stem}]({p.name})" for p in written["dense_accept"] if p.suffix == ".png"] + [""]
     if merge_config_map is not None:
         merged = merged_config_map(records, strategy)
         paths = list(write_config_map(merge_config_map, merged))

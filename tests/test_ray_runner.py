@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,9 +93,11 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
 
         # Joining a cluster without GPUs while asking for one fails at once instead of pending forever.
         t0 = time.perf_counter()
+        temporary = set(Path(tempfile.gettempdir()).glob("specsparse-tune-*"))
         with pytest.raises(RayResourceError, match="GPU"):
             RayRunner(num_workers=1, gpus_per_trial=1, address="127.0.0.1:1")  # Ray is already connected
         assert time.perf_counter() - t0 < 10
+        assert set(Path(tempfile.gettempdir()).glob("specsparse-tune-*")) == temporary  # its Tune folder is gone
     finally:
         runner.close()
         ray_store.close()

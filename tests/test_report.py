@@ -118,7 +118,15 @@ def test_report_command_writes_tables_plots_and_merged_map(sweep, capsys):
         ("PromptLookupDrafter", "mt_bench"), ("PromptLookupDrafter", "translation")]
     assert (dense["accept_length"] >= 1).all() and (dense["prompts"] > 0).all()
     assert (out / "dense_accept_length.png").read_bytes()[:4] == b"\x89PNG"
-    assert (out / "report.md").read_text().count("![") == 4
+    for job, has_metric in (("0_translation_bfs", True), ("2_mt_bench_bfs", False)):  # Fig. 5's data
+        samples = pd.read_json(sweep / "multirun" / job / "samples.jsonl", lines=True, dtype={"metric_dense": float, "metric_tss": float})
+        record = json.loads((sweep / "multirun" / job / "reproduce.json").read_text())
+        assert len(samples) == len(set(samples["example_id"])) == record["data"]["n_test"]
+        assert (samples[["accept_dense", "accept_tss"]] >= 1).all().all()
+        assert samples["metric_dense"].notna().all() == has_metric and samples["metric_tss"].notna().all() == has_metric
+    for png in ("samples_translation.png", "samples_mt_bench.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert (out / "report.md").read_text().count("![") == 6
 
 
 def test_single_layer_ablation_reads_the_store(sweep):

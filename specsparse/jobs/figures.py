@@ -1,6 +1,6 @@
-"""The report's figures (PNG, matplotlib without pyplot): the Pareto front of a search, and the dense
-accept length per domain and drafter (the papers' Fig. 2); the single-layer ablation's figure (Fig. 3)
-is in `specsparse.jobs.ablation`."""
+"""The report's figures (PNG, matplotlib without pyplot): the Pareto front of a search, the dense accept
+length per domain and drafter (the papers' Fig. 2) and per-sample dense vs TSS (Fig. 5); the
+single-layer ablation's figure (Fig. 3) is in `specsparse.jobs.ablation`."""
 
 from __future__ import annotations
 
@@ -93,6 +93,27 @@ def plot_dense_accept(frame: pd.DataFrame, title: str, path: str | os.PathLike) 
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
+    """Per test prompt, dense against the selection (Fig. 5): accept length, and the metric where the
+    domain has one; points above the diagonal improved."""
+    panels = [("accept", "accept length")] + ([("metric", "task metric")] if frame["metric_dense"].notna().any() else [])
+    fig = new_figure(4.2 * len(panels), 4.0)
+    for ax, (column, label) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        x, y = frame[f"{column}_dense"], frame[f"{column}_tss"]
+        ax.scatter(x, y, s=16, alpha=0.7)
+        low, high = min(x.min(), y.min()), max(x.max(), y.max())
+        ax.plot([low, high], [low, high], color="black", lw=0.8)
+        ax.set_xlabel(f"{label}, dense")
+        ax.set_ylabel(f"{label}, TSS")
+        ax.set_title(f"{title}: {label} ({len(frame)} prompts)", fontsize=9)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """What a finished job writes and prints: the domain config map entry, measurements.csv,
-summary.json and the results table."""
+samples.jsonl, summary.json and the results table."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, write_config_map
 from specsparse.search.base import SearchResult
-from specsparse.types import Candidate
+from specsparse.types import Candidate, Measurement
 from specsparse.util import atomic_write_text
 
 if TYPE_CHECKING:
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
-    """config_map.{yaml,json} (with the trimmed head's token ids when searched), measurements.csv, summary.json."""
+    """config_map.{yaml,json} (with the trimmed head's token ids when searched), measurements.csv,
+    samples.jsonl (after a test evaluation), summary.json."""
     out = job.output_dir
     out.mkdir(parents=True, exist_ok=True)
     vocab_size = job.search_result.selected.vocab_size
@@ -39,6 +40,8 @@ def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
     )
     write_config_map(out / "config_map", config_map)
     write_measurements_csv(out / "measurements.csv", job.search_result)
+    if job.test_dense is not None and job.test_selected is not None:
+        write_samples_jsonl(out / "samples.jsonl", job.test_dense, job.test_selected)
     atomic_write_text(out / "summary.json", json.dumps(job.summary(), indent=2))
 
 
@@ -96,6 +99,19 @@ def write_measurements_csv(path: str | os.PathLike, result: SearchResult) -> Pat
             m.draft_time_s, m.early_stopped, c in feasible, c in pareto, c == result.selected,
         ])
     return atomic_write_text(path, buf.getvalue())
+
+
+def write_samples_jsonl(path: str | os.PathLike, dense: Measurement, selected: Measurement) -> Path:
+    """The test split prompt by prompt, dense vs the selection (the papers' per-sample examples, Fig. 5):
+    one JSON object per prompt with its metric (null without references), accept length (tokens per
+    verification step) and output text. JSON lines, since model outputs may hold any character."""
+    lines = [json.dumps({
+        "example_id": d.example_id, "metric_dense": d.metric, "metric_tss": s.metric,
+        "accept_dense": d.new_tokens / max(len(d.accept_lengths), 1),
+        "accept_tss": s.new_tokens / max(len(s.accept_lengths), 1),
+        "output_dense": d.output_text, "output_tss": s.output_text,
+    }) for d, s in zip(dense.per_prompt, selected.per_prompt, strict=True)]
+    return atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 # -- the table printed at the end ------------------------------------------------------------------

@@ -10,9 +10,10 @@ strategy (`strategy`, default "bfs"). A speedup is never computed from timings o
 Table 2 (per model, method, domain and strategy): selected skip set, accept length A, metric M,
 measured tokens/s and speedup on the test split, cost, configurations measured and search wall time.
 Each table is written as Markdown, LaTeX and CSV. Figures (PNG): the Pareto front per domain (A vs M,
-cost as colour, selected configuration marked) from the job's measurements.csv, and the single-layer
-skip ablation (change in A and M per skipped layer, per domain) from the store's single-layer
-measurements. A metric that does not exist (domains without references) shows as "n/a", never 0.
+cost as colour, selected configuration marked) from the job's measurements.csv, per test prompt dense
+vs TSS (Fig. 5) from its samples.jsonl, the single-layer skip ablation (change in A and M per skipped
+layer, per domain; Fig. 3) and the dense accept length per domain and drafter (Fig. 2) from the
+store's measurements. A metric that does not exist (domains without references) shows as "n/a", never 0.
 
 `merge_config_maps` joins the per-job domain config maps into the one multi-domain map the runtime
 controller reads.
@@ -33,7 +34,7 @@ import pandas as pd
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, merge_config_maps, write_config_map
 from specsparse.jobs.ablation import plot_ablation, single_layer_ablation
-from specsparse.jobs.figures import dense_accept_lengths, plot_dense_accept, plot_pareto
+from specsparse.jobs.figures import dense_accept_lengths, plot_dense_accept, plot_pareto, plot_samples
 from specsparse.util import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -384,14 +385,20 @@ def build_report(
     if plots:
         written["pareto"] = []
         multiple_models = len({r.model for r in records}) > 1
+        written["samples"] = []
         for (model, domain), record in tss_jobs(records, strategy).items():
+            stem = f"{model}_{domain}" if multiple_models else domain
             frame = read_measurements(record.directory / "measurements.csv") if record.directory else None
-            if frame is None or frame.empty:
-                continue
-            name = f"pareto_{model}_{domain}.png" if multiple_models else f"pareto_{domain}.png"
-            written["pareto"].append(plot_pareto(frame, f"{domain}: {record.strategy} on {model}", out / name))
-        if written["pareto"]:
-            sections += ["## Pareto fronts", ""] + [f"![{p.stem}]({p.name})" for p in written["pareto"]] + [""]
+            if frame is not None and not frame.empty:
+                written["pareto"].append(plot_pareto(frame, f"{domain}: {record.strategy} on {model}",
+                                                     out / f"pareto_{stem}.png"))
+            samples = record.directory / "samples.jsonl" if record.directory else None
+            if samples is not None and samples.is_file():
+                frame = pd.read_json(samples, lines=True, dtype={"metric_dense": float, "metric_tss": float})
+                written["samples"].append(plot_samples(frame, domain, out / f"samples_{stem}.png"))
+        for key, heading in (("pareto", "Pareto fronts"), ("samples", "Per test prompt, dense vs TSS")):
+            if written[key]:
+                sections += [f"## {heading}", ""] + [f"![{p.stem}]({p.name})" for p in written[key]] + [""]
         stores = list(dict.fromkeys(
             [str(Path(s).resolve()) for s in stores]
             + [r.reproduce["store"] for r in records if r.reproduce.get("store")]

@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -187,6 +188,7 @@ class RayRunner:
         self.address = address
         self.ready_timeout_s = ready_timeout_s
         base = Path(output_dir) if output_dir is not None else Path(tempfile.mkdtemp(prefix="specsparse-tune-"))
+        self._own_storage = None if output_dir is not None else base  # removed again by close()
         self.storage_path = (base / "ray_tune").resolve()
         self._started_ray = False
         # Tune's default console output (a box and result links per Tuner.fit) would repeat for every
@@ -195,8 +197,8 @@ class RayRunner:
         self._workers: list[Any] = []
         self._free: Any = None
         self._batches = 0
-        self._connect()
         try:
+            self._connect()
             self.num_workers = self._fit_workers()
         except BaseException:
             self.close()
@@ -362,9 +364,13 @@ class RayRunner:
         return [results[c] for c in candidates]
 
     def close(self) -> None:
-        """Stop the workers, and the local Ray if this runner started it."""
+        """Stop the workers, and the local Ray if this runner started it; remove the temporary Tune
+        folder it made (none when it was given an output_dir)."""
         import ray  # noqa: PLC0415
 
+        if self._own_storage is not None:
+            shutil.rmtree(self._own_storage, ignore_errors=True)
+            self._own_storage = None
         if not ray.is_initialized():
             return
         for actor in [*self._workers, self._free.actor if self._free is not None else None]:

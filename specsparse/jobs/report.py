@@ -254,6 +254,8 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
 
     configurations: configurations the search evaluated (new measurements plus store hits);
     new_measurements and search_wall_time_s count only the job's own run.
+    tokens_per_s: the pick's engine throughput in its own job's side-by-side timing; rows come from
+    different runs, so compare `speedup` (the pick over dense, timed in the same run) across rows.
     """
     rows = []
     groups = latest(records, "model", "drafter", "domain", "strategy")

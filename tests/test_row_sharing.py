@@ -130,3 +130,22 @@ def test_a_rolled_back_row_gives_only_what_it_still_holds(tiny):
         alone = ModelSession(tiny.model, ())
         alone.prefill([*prompt, x, y])
         torch.testing.assert_close(logits, alone.forward([w]), rtol=1e-4, atol=1e-4)
+
+
+def test_a_late_start_beside_a_long_chunk_fits_a_tight_cache(tiny):
+    """One round runs a row that copied a long prefix (starting late, two tokens left) beside a row
+    with a long chunk from position 0: the padding of the late row must not run past the cache, which
+    holds exactly the longest prompt."""
+    prompt, unique = list(range(3, 43)), [(7 * i) % 31 for i in range(30)]
+    with torch.inference_mode():
+        session = BatchedSession(tiny.model, (), 3, len(prompt) + 1)
+        session.reset_row(0, ())
+        session.prefill({0: prompt})
+        for row in (1, 2):
+            session.reset_row(row, ())
+        session.prefill({1: [*prompt[:38], 50, 51], 2: unique}, min_shared=4)
+        logits = session.forward({1: [52], 2: [53]})
+        for row, tokens, last in ((1, [*prompt[:38], 50, 51], 52), (2, unique, 53)):
+            alone = ModelSession(tiny.model, ())
+            alone.prefill(tokens)
+            torch.testing.assert_close(logits[row], alone.forward([last]), rtol=1e-4, atol=1e-4)

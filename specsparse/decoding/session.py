@@ -92,7 +92,8 @@ class RowCache:
         self._keys: dict[int, torch.Tensor] = {}
         self._values: dict[int, torch.Tensor] = {}
         self.rows: torch.Tensor | None = None  # rows in this forward (None: all, in order)
-        self.positions = torch.zeros(0)  # [rows, chunk] cache positions written by this forward
+        self.positions = torch.zeros(0)  # [rows, chunk] cache positions of this forward's queries
+        self.written = torch.zeros(0, dtype=torch.bool)  # [rows, chunk] which of them are tokens (not padding)
         self.kv_length = 0  # keys returned per row: max over rows of length + chunk
         self.layer_plans: dict[int, LayerPlan] = {}  # layers that run on shared or fewer rows this forward
 
@@ -105,18 +106,21 @@ class RowCache:
         keys, values = self._keys[layer_idx], self._values[layer_idx]
         rows = torch.arange(self.batch_size) if self.rows is None else self.rows
         plan = self.layer_plans.get(layer_idx)
+        # Only real tokens are stored: (row, column) pairs of `written`; padding is never stored.
         if plan is None:
-            index = (rows[:, None], slice(None), self.positions)  # advanced indices -> [rows, chunk, heads, dim]
-            keys[index] = key_states.transpose(1, 2)
-            values[index] = value_states.transpose(1, 2)
-            if self.rows is None:
-                return keys[:, :, : self.kv_length], values[:, :, : self.kv_length]
-            return keys[self.rows, :, : self.kv_length], values[self.rows, :, : self.kv_length]
-        # key_states hold the plan's computed rows; every row that keeps the layer gets its class's keys.
-        index = (rows[plan.running, None], slice(None), self.positions[plan.running])
-        keys[index] = key_states.transpose(1, 2)[plan.source]
-        values[index] = value_states.transpose(1, 2)[plan.source]
-        return keys[rows[plan.computed], :, : self.kv_length], values[rows[plan.computed], :, : self.kv_length]
+            row, column = self.written.nonzero(as_tuple=True)
+            source = row
+        else:  # key_states hold the plan's computed rows; each row keeping the layer takes its class's
+            local, column = self.written[plan.running].nonzero(as_tuple=True)
+            row, source = plan.running[local], plan.source[local]
+        index = (rows[row], slice(None), self.positions[row, column])  # advanced indices -> [tokens, heads, dim]
+        keys[index] = key_states.transpose(1, 2)[source, column]
+        values[index] = value_states.transpose(1, 2)[source, column]
+        if plan is not None:
+            return keys[rows[plan.computed], :, : self.kv_length], values[rows[plan.computed], :, : self.kv_length]
+        if self.rows is None:
+            return keys[:, :, : self.kv_length], values[:, :, : self.kv_length]
+        return keys[self.rows, :, : self.kv_length], values[self.rows, :, : self.kv_length]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.kv_length
@@ -250,12 +254,17 @@ class BatchedSession:
             chunk = chunks.get(r, ())
             ids[i, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
         starts = torch.tensor([self.lengths[r] for r in rows])
-        positions = starts[:, None] + torch.arange(width)  # [rows, width]
-        if int(positions.max()) >= self.cache.capacity:
+        sizes = torch.tensor([len(chunks.get(r, ())) for r in rows])
+        kv_length = int((starts + sizes.clamp(min=1)).max())  # a row without a chunk pads one query
+        if kv_length > self.cache.capacity:
             raise ValueError(f"batched cache capacity {self.cache.capacity} exceeded: size it for the longest sequence")
+        # Padding columns of a row that starts late may run past the cache: they take the last
+        # position (their outputs are dropped and the cache never stores them, see RowCache.written).
+        positions = torch.clamp(starts[:, None] + torch.arange(width), max=kv_length - 1)  # [rows, width]
         self.cache.rows = None if all_rows else torch.tensor(rows)
         self.cache.positions = positions
-        self.cache.kv_length = int(positions.max()) + 1
+        self.cache.written = torch.arange(width)[None, :] < sizes[:, None]
+        self.cache.kv_length = kv_length
         device = self.model.device
         with self._skipping(rows, chunks):
             out = self.skipper.base(

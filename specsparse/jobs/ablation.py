@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from specsparse.jobs.figures import new_figure
+from specsparse.jobs.figures import new_figure, save_figure
 from specsparse.jobs.store import SCALAR_FIELDS, ResultsStore
 
 
@@ -88,11 +88,7 @@ def plot_ablation(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> P
     bottom.set_xlabel("skipped layer")
     top.legend(fontsize=8, ncol=2)
     top.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)
 
 
 # -- config maps -----------------------------------------------------------------------------------

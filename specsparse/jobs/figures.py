@@ -17,6 +17,15 @@ def new_figure(width: float = 6.0, height: float = 4.5):
     return Figure(figsize=(width, height), dpi=120)
 
 
+def save_figure(fig, path: str | os.PathLike) -> Path:
+    """Lay out and write `fig` as a PNG at `path` (folders created)."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
 def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
     """Scatter of one search's configurations: accept length vs metric, cost as colour; Pareto points
     ringed, the selected configuration a red star, dense a black square. Without a metric (domain
@@ -44,11 +53,7 @@ def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pat
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)
 
 
 def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -93,11 +98,7 @@ def plot_dense_accept(frame: pd.DataFrame, title: str, path: str | os.PathLike) 
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
@@ -114,8 +115,4 @@ def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pa
         ax.set_ylabel(f"{label}, TSS")
         ax.set_title(f"{title}: {label} ({len(frame)} prompts)", fontsize=9)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)

@@ -405,24 +405,20 @@ def build_report(
             [str(Path(s).resolve()) for s in stores]
             + [r.reproduce["store"] for r in records if r.reproduce.get("store")]
         ))
-        ablation = single_layer_ablation(stores)
-        written["ablation"] = []
-        if not ablation.empty:
-            written["ablation"].append(atomic_write_text(out / "ablation_single_layer.csv", to_csv(ablation)))
-            for model, rows in ablation.groupby("model", sort=True):
-                name = "ablation_single_layer.png" if ablation["model"].nunique() == 1 else f"ablation_single_layer_{model}.png"
-                written["ablation"].append(plot_ablation(rows, f"single-layer skips on {model}", out / name))
-            sections += ["## Single-layer skip ablation", ""] + [
-                f"![{p.stem}]({p.name})" for p in written["ablation"] if p.suffix == ".png"] + [""]
-        dense = dense_accept_lengths(stores)
-        written["dense_accept"] = []
-        if not dense.empty:
-            written["dense_accept"].append(atomic_write_text(out / "dense_accept_length.csv", to_csv(dense)))
-            for model, rows in dense.groupby("model", sort=True):
-                name = "dense_accept_length.png" if dense["model"].nunique() == 1 else f"dense_accept_length_{model}.png"
-                written["dense_accept"].append(plot_dense_accept(rows, f"dense accept length on {model}", out / name))
-            sections += ["## Dense accept length per domain and drafter", ""] + [
-                f"![{p.stem}]({p.name})" for p in written["dense_accept"] if p.suffix == ".png"] + [""]
+        figures = (("ablation", single_layer_ablation, "ablation_single_layer", plot_ablation,
+                    "single-layer skips on {}", "Single-layer skip ablation"),
+                   ("dense_accept", dense_accept_lengths, "dense_accept_length", plot_dense_accept,
+                    "dense accept length on {}", "Dense accept length per domain and drafter"))
+        for key, collect, stem, plot, title, heading in figures:  # from the stores, one figure per model
+            frame = collect(stores)
+            written[key] = []
+            if frame.empty:
+                continue
+            written[key].append(atomic_write_text(out / f"{stem}.csv", to_csv(frame)))
+            for model, rows in frame.groupby("model", sort=True):
+                name = f"{stem}.png" if frame["model"].nunique() == 1 else f"{stem}_{model}.png"
+                written[key].append(plot(rows, title.format(model), out / name))
+            sections += [f"## {heading}", ""] + [f"![{p.stem}]({p.name})" for p in written[key] if p.suffix == ".png"] + [""]
     if merge_config_map is not None:
         merged = merged_config_map(records, strategy)
         paths = list(write_config_map(merge_config_map, merged))

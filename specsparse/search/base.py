@@ -123,10 +123,10 @@ class LayerSkipSearch(SearchStrategy):
     objectives: which constraints the rule uses, a non-empty subset of ("accept", "metric").
     protect_layers: layers never skipped (e.g. the first and last layer).
     early_reject: expose `feasibility_thresholds()` to runners that can stop measurements early.
-    feasibility: "point" (the papers' rule, this class's default; run.py's config defaults to
-        "lower_bound", see conf/config.yaml: A >= (1-eps_A)A0 and M >= (1-eps_M)M0 on point estimates)
-        or "lower_bound" (a deviation: the lower ends of the paired-bootstrap 95% intervals of A/A0 and
-        M/M0 over the calibration prompts must reach 1 - eps; see `specsparse.measuring.intervals`).
+    feasibility: "point" (the papers' rule and this class's default: A >= (1-eps_A)A0 and
+        M >= (1-eps_M)M0 on point estimates) or "lower_bound" (a deviation, and the default of run.py's
+        conf/config.yaml: the lower ends of the paired-bootstrap 95% intervals of A/A0 and M/M0 over the
+        calibration prompts must reach 1 - eps; see `specsparse.measuring.intervals`).
     metric_floor: a metric whose dense 95% interval reaches below `metric_floor` stops constraining:
         the rule then uses accept length alone (a deviation from the papers, which always constrain;
         the default 0 keeps their rule). Either way, a dense metric whose interval reaches below

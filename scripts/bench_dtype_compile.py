@@ -82,9 +82,10 @@ def main() -> None:
     base = statistics.median(rates[("float32", "plain")])
     print("| variant | method | tokens/s | vs float32 plain | lossless (== HF greedy, own dtype) |")
     print("|---|---|---|---|---|")
+    references = {name: [hf_greedy(loaded, ids, args.max_new_tokens) for ids in prompts]
+                  for name, loaded in variants.items()}
     for (name, method), values in rates.items():
-        loaded = variants[name]
-        reference = [hf_greedy(loaded, ids, args.max_new_tokens) for ids in prompts]
+        reference = references[name]
         same = sum(o == r for o, r in zip(outputs[(name, method)], reference))
         rate = statistics.median(values)
         print(f"| {name} | {method} | {rate:.1f} | {rate / base:.2f}x | {same}/{len(prompts)} prompts |")

@@ -94,6 +94,7 @@ class RowCache:
         self.rows: torch.Tensor | None = None  # rows in this forward (None: all, in order)
         self.positions = torch.zeros(0)  # [rows, chunk] cache positions of this forward's queries
         self.written = torch.zeros(0, dtype=torch.bool)  # [rows, chunk] which of them are tokens (not padding)
+        self.tokens_at = (torch.zeros(0, dtype=torch.long),) * 2  # written.nonzero(): (row, column) of each token
         self.kv_length = 0  # keys returned per row: max over rows of length + chunk
         self.layer_plans: dict[int, LayerPlan] = {}  # layers that run on shared or fewer rows this forward
 
@@ -108,7 +109,7 @@ class RowCache:
         plan = self.layer_plans.get(layer_idx)
         # Only real tokens are stored: (row, column) pairs of `written`; padding is never stored.
         if plan is None:
-            row, column = self.written.nonzero(as_tuple=True)
+            row, column = self.tokens_at
             source = row
         else:  # key_states hold the plan's computed rows; each row keeping the layer takes its class's
             local, column = self.written[plan.running].nonzero(as_tuple=True)
@@ -264,6 +265,7 @@ class BatchedSession:
         self.cache.rows = None if all_rows else torch.tensor(rows)
         self.cache.positions = positions
         self.cache.written = torch.arange(width)[None, :] < sizes[:, None]
+        self.cache.tokens_at = self.cache.written.nonzero(as_tuple=True)  # once per forward, not per layer
         self.cache.kv_length = kv_length
         device = self.model.device
         with self._skipping(rows, chunks):

@@ -4,8 +4,8 @@ prompts and dtype. Writes a Markdown table (BENCHMARKS.md section) and a JSON fi
     python scripts/bench_engine.py                                   # built-in prompts
     python scripts/bench_engine.py --spec-bench ../shared/data/spec_bench/question.jsonl
 
-Every method runs every prompt once per repeat, methods interleaved within a repeat, so machine
-noise hits them alike; tokens/s is total new tokens / total wall time per repeat, median over repeats.
+Every method runs every prompt once per repeat, interleaved prompt by prompt (in alternating order), so
+machine noise hits them alike; tokens/s is total new tokens / total wall time per repeat, median over repeats.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,7 +56,9 @@ def main() -> None:
     parser.add_argument("--spec-bench", default=None, help="path to Spec-Bench question.jsonl (default: built-in sets)")
     parser.add_argument("--per-domain", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--k", type=int, default=5, help="draft tokens per step")
+    parser.add_argument("--k", type=int, default=5, help="draft tokens per step (the cap, for adaptive drafting)")
+    parser.add_argument("--verify-cost-per-token", type=float, default=GenerationConfig.verify_cost_per_token,
+                        help="the adaptive draft length's cost of one more verified token")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip", default="8,12,16,20", help="4-layer skip set for the sparse target")
     parser.add_argument("--self-skip", default="6-23", help="draft skip set of the self_skip drafter (a-b range)")
@@ -70,8 +73,9 @@ def main() -> None:
     lo, hi = (int(x) for x in args.self_skip.split("-"))
     vocab = model.config.vocab_size
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
+    adaptive = replace(config, draft_length="adaptive", verify_cost_per_token=args.verify_cost_per_token)
 
-    def ours(drafter_factory, skip_layers=()):
+    def ours(drafter_factory, skip_layers=(), config=config):
         def run(ids):
             drafter = drafter_factory() if drafter_factory else None
             r = speculative_generate(model, ids, drafter, config, skip_layers, eos)
@@ -95,7 +99,10 @@ def main() -> None:
         "ours_dense": ours(None),
         "hf_prompt_lookup": hf(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=3),
         "ours_pld": ours(lambda: PromptLookupDrafter(max_ngram_size=3)),
+        "ours_pld_adaptive": ours(lambda: PromptLookupDrafter(max_ngram_size=3), config=adaptive),
         "ours_samd": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab))),
+        "ours_samd_adaptive": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)),
+                                   config=adaptive),
         "ours_recycling": ours(lambda: TokenRecyclingDrafter(vocab)),
         "ours_self_skip": ours(lambda: SelfSkipDrafter(model, skip_layers=range(lo, hi + 1))),
         f"ours_dense_skip{len(skip)}": ours(None, skip),
@@ -109,26 +116,33 @@ def main() -> None:
     accepts: dict[str, list[int]] = {name: [] for name in methods}
     overhead: list[float] = []
     for repeat in range(args.repeats):
-        for name, run in methods.items():
-            tokens = wall = 0.0
-            forwards = 0.0
-            for _, ids in prompts:
-                out, seconds, accept_lengths, forwards_time = run(ids)
-                tokens += len(out)
-                wall += seconds
+        tokens = dict.fromkeys(methods, 0)
+        wall = dict.fromkeys(methods, 0.0)
+        forwards = 0.0
+        for i, (_, ids) in enumerate(prompts):
+            order = list(methods) if (i + repeat) % 2 == 0 else list(reversed(methods))  # ABBA: drift hits all alike
+            for name in order:
+                out, seconds, accept_lengths, forwards_time = methods[name](ids)
+                tokens[name] += len(out)
+                wall[name] += seconds
                 if repeat == 0:
                     outputs[name].append(out)
                     if accept_lengths is not None:
                         accepts[name].extend(accept_lengths)
-                if name == "ours_dense" and forwards_time:
+                if name == "ours_dense":
                     forwards += forwards_time
-            per_repeat[name].append(tokens / wall)
-            if name == "ours_dense":
-                overhead.append(wall / forwards)
+        for name in methods:
+            per_repeat[name].append(tokens[name] / wall[name])
+        overhead.append(wall["ours_dense"] / forwards)
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
 
     def tok_s(name):
         return statistics.median(per_repeat[name])
+
+    def ratio(name, over):
+        """Median over repeats of the per-repeat ratio, with its range over repeats."""
+        per = [a / b for a, b in zip(per_repeat[name], per_repeat[over], strict=True)]
+        return [statistics.median(per), min(per), max(per)]
 
     rows = []
     for name in methods:
@@ -141,17 +155,22 @@ def main() -> None:
         }
         rows.append(row)
     ratios = {
-        "ours_dense / hf_greedy": tok_s("ours_dense") / tok_s("hf_greedy"),
-        "ours_pld / hf_prompt_lookup": tok_s("ours_pld") / tok_s("hf_prompt_lookup"),
-        "ours_samd / hf_greedy": tok_s("ours_samd") / tok_s("hf_greedy"),
-        f"ours_dense_skip{len(skip)} / ours_dense": tok_s(f"ours_dense_skip{len(skip)}") / tok_s("ours_dense"),
-        "engine wall / model forwards (dense)": statistics.median(overhead),
+        "ours_dense / hf_greedy": ratio("ours_dense", "hf_greedy"),
+        "ours_pld / hf_prompt_lookup": ratio("ours_pld", "hf_prompt_lookup"),
+        "ours_pld_adaptive / hf_prompt_lookup": ratio("ours_pld_adaptive", "hf_prompt_lookup"),
+        "ours_pld_adaptive / ours_pld": ratio("ours_pld_adaptive", "ours_pld"),
+        "ours_samd / hf_greedy": ratio("ours_samd", "hf_greedy"),
+        "ours_samd_adaptive / hf_prompt_lookup": ratio("ours_samd_adaptive", "hf_prompt_lookup"),
+        f"ours_dense_skip{len(skip)} / ours_dense": ratio(f"ours_dense_skip{len(skip)}", "ours_dense"),
+        "engine wall / model forwards (dense)": [statistics.median(overhead), min(overhead), max(overhead)],
     }
     identical = {
         "ours_dense == hf_greedy": outputs["ours_dense"] == outputs["hf_greedy"],
         "ours_pld == hf_prompt_lookup": outputs["ours_pld"] == outputs["hf_prompt_lookup"],
+        "ours_pld_adaptive == hf_prompt_lookup": outputs["ours_pld_adaptive"] == outputs["hf_prompt_lookup"],
         "all our dense-target drafters == ours_dense": all(
-            outputs[n] == outputs["ours_dense"] for n in ("ours_pld", "ours_samd", "ours_recycling", "ours_self_skip")
+            outputs[n] == outputs["ours_dense"]
+            for n in ("ours_pld", "ours_pld_adaptive", "ours_samd", "ours_samd_adaptive", "ours_recycling", "ours_self_skip")
         ),
         f"ours_samd_skip{len(skip)} == ours_dense_skip{len(skip)}": outputs[f"ours_samd_skip{len(skip)}"] == outputs[f"ours_dense_skip{len(skip)}"],
     }
@@ -166,7 +185,8 @@ def main() -> None:
         accept = f"{row['accept_length']:.2f}" if row["accept_length"] is not None else "-"
         forwards = row["target_forwards"] if row["target_forwards"] is not None else "-"
         lines.append(f"| {row['method']} | {row['tokens_per_s']:.1f} | {accept} | {forwards} | {row['new_tokens']} |")
-    lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in ratios.items()]
+    lines += ["", "| ratio | median over repeats | range over repeats |", "|---|---|---|"]
+    lines += [f"| {k} | {v[0]:.3f} | {v[1]:.3f}-{v[2]:.3f} |" for k, v in ratios.items()]
     lines += ["", "| identical output | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in identical.items()]
     print("\n".join(lines))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -57,17 +57,26 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", default="bfs", help="the TSS strategy of Table 1, plots and the merged map (default: bfs)")
     p.add_argument("--merge-config-map", metavar="PATH", help="write one multi-domain config map (PATH.yaml and PATH.json)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument("--publish", metavar="ENTITY/PROJECT",
+                   help="build a W&B Report of the tables and Pareto panels (wandb-workspaces): saved to W&B when "
+                        "online, else its definition is written to <out>/wandb_report.json")
+    p.add_argument("--mixed-stream", type=int, metavar="N",
+                   help="add Table 1's mixed-stream row: N test prompts per domain through the runtime controller "
+                        "vs dense, timed now (loads the model)")
     p.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
     from specsparse.config_map import ConfigMapError  # noqa: PLC0415
-    from specsparse.jobs.report import ReportError, build_report, find_jobs, table1, table2, to_markdown, wandb_jobs  # noqa: PLC0415
+    from specsparse.jobs.report import ReportError, build_report, find_jobs, wandb_jobs  # noqa: PLC0415
 
+    if args.mixed_stream is not None and args.mixed_stream < 1:
+        return fail(f"--mixed-stream must be >= 1 test prompts per domain, got {args.mixed_stream}")
+    for flag, value in (("--wandb", args.wandb), ("--publish", args.publish)):
+        if value is not None and (value.count("/") != 1 or not all(value.split("/"))):
+            return fail(f"{flag} takes ENTITY/PROJECT, got {value!r}")
     try:
         if args.wandb:
-            if args.wandb.count("/") != 1:
-                return fail(f"--wandb takes ENTITY/PROJECT, got {args.wandb!r}")
             records = wandb_jobs(args.wandb)
             out = Path(args.out or "report")
         else:
@@ -75,13 +84,33 @@ def run_report(args: argparse.Namespace) -> int:
             records = find_jobs(paths)
             out = Path(args.out or Path(paths[0]) / "report")
         written = build_report(records, out, stores=args.store, strategy=args.strategy,
-                               merge_config_map=args.merge_config_map, plots=not args.no_plots and not args.wandb)
+                               merge_config_map=args.merge_config_map, plots=not args.no_plots and not args.wandb,
+                               mixed_stream=args.mixed_stream)
     except (ReportError, ConfigMapError) as err:
         return fail(str(err))
-    print("Table 1: native vs TSS per domain")
-    print(to_markdown(table1(records, args.strategy)))
-    print("Table 2: search strategies per domain")
-    print(to_markdown(table2(records)))
+    for kind, heading in (("table1", "Table 1: native vs TSS per domain"), ("table2", "Table 2: search strategies per domain")):
+        print(heading)
+        print(written[kind][0].read_text())
+    if args.publish:
+        from specsparse.jobs.wandb_report import publish, report_definition  # noqa: PLC0415
+
+        headings = {"table1": "Table 1: native vs TSS per domain", "table2": "Table 2: search strategies per domain",
+                    "table_vocab": "Draft vocabulary trimming, in and out of domain",
+                    "routing": "Routing on held-out prompts"}
+        entity, project = args.publish.split("/")
+        experiments = sorted({str(r.reproduce.get("experiment") or "specsparse") for r in records})
+        definition = report_definition(
+            entity, project, f"specsparse: {', '.join(experiments)}",
+            {heading: written[kind][0].read_text() for kind, heading in headings.items() if kind in written},
+            sorted({r.domain for r in records}), description=f"{len(records)} job(s), built by specsparse report",
+        )
+        try:
+            path, url = publish(definition, out)
+        except Exception as err:  # noqa: BLE001 - the server's or wandb-workspaces' error, in one line
+            return fail(f"W&B report: {first_line(err)}")
+        written["wandb_report"] = [path]
+        print(f"W&B report: {url}" if url else "W&B report: offline, definition written (rerun with WANDB_MODE=online "
+              "and an API key to publish it)")
     for kind, paths in written.items():
         for path in paths:
             print(f"{kind}: {path}")
@@ -254,8 +283,9 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="target model (default: smollm2-135m)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     parser.add_argument("--drafter", default="samd", help="pld, samd, recycling, self_skip, draft_model or none")
-    parser.add_argument("--router", default="builtin", metavar="builtin|none|FILE",
-                        help="router: fit on the built-in calibration prompts, none, a saved .json router, "
+    parser.add_argument("--router", default="map", metavar="map|builtin|none|FILE",
+                        help="router: fit on the calibration prompts the config map records (default), on the "
+                             "built-in calibration prompts, none, a saved .json router, "
                              "or a .jsonl of {domain, prompt} to fit on")
     parser.add_argument("--router-kind", default="tfidf", choices=["tfidf", "hidden"])
     parser.add_argument("--min-confidence", type=float, default=None,
@@ -265,6 +295,9 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
                         help="apply a config map made for another model (its recorded identity differs)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--num-draft-tokens", type=int, default=5)
+    parser.add_argument("--draft-length", default="fixed", choices=["fixed", "adaptive"],
+                        help="fixed: draft --num-draft-tokens every step; adaptive: at most that many, chosen "
+                             "per step from the acceptance so far (same output, usually faster)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
 
@@ -273,7 +306,7 @@ def _check_generation_options(args: argparse.Namespace) -> None:
     """The generation options, before any model loads (GenerationConfig's own checks, named by flag)."""
     try:
         GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.num_draft_tokens,
-                         temperature=args.temperature, seed=args.seed)
+                         temperature=args.temperature, seed=args.seed, draft_length=args.draft_length)
     except ValueError as err:
         field, _, rest = str(err).partition(" ")
         raise ValueError(f"--{field.replace('_', '-')} {rest}") from None
@@ -353,7 +386,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if record.domain is not None:
             controller.route("", record.domain)
     options = {"max_new_tokens": args.max_new_tokens, "num_draft_tokens": args.num_draft_tokens,
-               "temperature": args.temperature, "seed": args.seed}
+               "temperature": args.temperature, "seed": args.seed, "draft_length": args.draft_length}
     if not args.prompts:
         result = controller.generate(records[0].turns[0], domain=records[0].domain, **options)
         print(result.text)
@@ -400,7 +433,7 @@ def run_serve(args: argparse.Namespace) -> int:
     server = make_server(controller, args.host, args.port, args.max_queue, model_name=args.model,
                          insecure=args.insecure, default_max_tokens=args.max_new_tokens,
                          max_tokens_limit=args.max_tokens_limit, num_draft_tokens=args.num_draft_tokens,
-                         api_key=api_key)
+                         draft_length=args.draft_length, api_key=api_key)
     print(f"specsparse: serving {args.model} on {server.url} (domains: {', '.join(controller.domains)}); "
           "Ctrl-C stops", file=sys.stderr)
     try:

@@ -70,6 +70,9 @@ class DomainConfig:
     alternatives: tuple[OperatingPoint, ...] = ()
     notes: tuple[str, ...] = ()
     draft_vocab_ids: tuple[int, ...] | None = None  # the trimmed head's token ids (len == draft_vocab_size)
+    # The calibration prompts the search ran on (user turns, as the router reads a request): the
+    # runtime router is fitted on them by default, so routing learns from the search's own data.
+    routing_prompts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
                 "alternatives": [_point_dict(a) for a in d.alternatives],
                 "notes": list(d.notes),
                 "draft_vocab_ids": None if d.draft_vocab_ids is None else list(d.draft_vocab_ids),
+                "routing_prompts": list(d.routing_prompts),
             }
             for name, d in cm.domains.items()
         },
@@ -198,7 +202,7 @@ class _Checker:
     def domain(self, v: Any, where: str, num_layers: int) -> DomainConfig:
         required = {"skip_layers", "accept_length", "metric", "sparsity", "cost", "flops_fraction",
                     "draft_vocab_size", "dense"}
-        v = self.mapping(v, where, required, {"alternatives", "notes", "draft_vocab_ids"})
+        v = self.mapping(v, where, required, {"alternatives", "notes", "draft_vocab_ids", "routing_prompts"})
         vocab = v["draft_vocab_size"]
         if vocab is not None and not (is_int(vocab) and vocab >= 1):
             raise self.fail(f"{where}.draft_vocab_size", f"expected a positive integer or null, got {vocab!r}")
@@ -211,6 +215,9 @@ class _Checker:
         notes = v.get("notes", [])
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
             raise self.fail(f"{where}.notes", f"expected a list of strings, got {notes!r}")
+        prompts = v.get("routing_prompts", [])
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise self.fail(f"{where}.routing_prompts", "expected a list of strings")
         return DomainConfig(
             skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
             accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
@@ -225,6 +232,7 @@ class _Checker:
             ),
             notes=tuple(notes),
             draft_vocab_ids=self.vocab_ids(v.get("draft_vocab_ids"), f"{where}.draft_vocab_ids", vocab),
+            routing_prompts=tuple(prompts),
         )
 
     def vocab_ids(self, v: Any, where: str, size: int | None) -> tuple[int, ...] | None:

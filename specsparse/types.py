@@ -14,6 +14,10 @@ class GenerationConfig:
     """How one request is decoded.
 
     `num_draft_tokens` is k, the longest chain a drafter may propose per step.
+    `draft_length`: "fixed" drafts k tokens every step (the papers); "adaptive" (a deviation, faster)
+    drafts n <= k chosen per step from the request's own acceptance so far and the modeled cost of
+    verifying more tokens, `verify_cost_per_token` of a one-token forward per extra token
+    (`engine.AdaptiveDraftLength`). Output is the same either way; accept lengths are not.
     `temperature == 0` is greedy (lossless) verification; > 0 uses speculative rejection sampling.
     """
 
@@ -22,6 +26,8 @@ class GenerationConfig:
     temperature: float = 0.0
     seed: int = 0
     stop_on_eos: bool = True
+    draft_length: str = "fixed"
+    verify_cost_per_token: float = 0.09
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -30,6 +36,10 @@ class GenerationConfig:
             raise ValueError(f"num_draft_tokens must be >= 0, got {self.num_draft_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.draft_length not in ("fixed", "adaptive"):
+            raise ValueError(f"draft_length must be 'fixed' or 'adaptive', got {self.draft_length!r}")
+        if not self.verify_cost_per_token > 0:
+            raise ValueError(f"verify_cost_per_token must be > 0, got {self.verify_cost_per_token}")
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,14 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     """(line number, parsed record) for every non-blank line of a JSON-lines file. Raises ValueError
     naming the file and line of invalid JSON or of bytes that are not UTF-8, FileNotFoundError for a

@@ -105,11 +105,46 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
             assert logger.mode == "offline"  # tests run with WANDB_MODE=offline; the default is offline too
 
 
+GPU_PRESETS = {"paper_tss": ["paper_data.spec_bench={data}/spec_bench/question.jsonl", "paper_data.mmlu={data}/mmlu"],
+               "paper_vocab": ["paper_data.spec_bench={data}/spec_bench/question.jsonl",
+                               "paper_data.gsm8k={data}/gsm8k/test.jsonl"]}
+
+
 @pytest.mark.parametrize("experiment", options("experiment"))
-def test_every_experiment_preset_validates(experiment, tmp_path):
-    plan = plan_for([f"experiment={experiment}"], tmp_path)
+def test_every_experiment_preset_validates(experiment, tmp_path, request):
+    """Every preset validates into a plan, the GPU ones too where their models are absent (on the
+    public data, on this machine's device). A `_cpu` twin shares its preset's README."""
+    overrides = [f"experiment={experiment}"]
+    if experiment in GPU_PRESETS:
+        data = request.getfixturevalue("shared_data")
+        overrides += [o.format(data=data) for o in GPU_PRESETS[experiment]] + ([] if HAS_CUDA else ["model.device=cpu"])
+    plan = plan_for(overrides, tmp_path)
     assert plan.experiment == experiment
-    assert (ROOT / "experiments" / experiment / "README.md").is_file()
+    assert (ROOT / "experiments" / experiment.removesuffix("_cpu") / "README.md").is_file()
+
+
+@pytest.mark.parametrize("experiment", sorted(GPU_PRESETS))
+def test_gpu_presets_compose_as_the_papers_set_them_up(experiment, tmp_path):
+    """`run.py experiment=... --cfg job --resolve` composes with no model, data or GPU present, one
+    multirun covers the papers' domains, and each domain reads its own source."""
+    done = _run_app([f"experiment={experiment}", "--cfg", "job", "--resolve"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    job = __import__("yaml").safe_load(done.stdout)
+    assert job["model"]["device"] == "cuda" and job["domain"]["calibration_fraction"] == 0.2
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        sweep = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    domains = sweep.hydra.sweeper.params.domain.split(",")
+    sources = {d: composed([f"experiment={experiment}", f"domain={d}"])["domain"]["source"] for d in domains}
+    if experiment == "paper_tss":
+        assert job["model"]["name"] == "llama2_13b" and job["drafter"]["recycling_fallback"] is True
+        assert set(domains) == {"translation", "summarization", "qa", "rag", "mmlu"}
+        assert sources == {"translation": "spec_bench", "summarization": "spec_bench", "qa": "spec_bench",
+                           "rag": "spec_bench", "mmlu": "mmlu"}
+        assert job["tss"]["max_pool"] is None and job["tss"]["tau"] == job["tss"]["eps_accept"] == 0.05
+        assert (job["tss"]["feasibility"], job["tss"]["select"]) == ("point", "verify_cost")
+    else:
+        assert job["model"]["name"] == "llama31_8b" and job["search"]["_target_"].endswith("TPEVocabSearch")
+        assert sources == {"mt_bench": "spec_bench", "math": "gsm8k"}
 
 
 def test_preset_sweeps_and_any_search_combine(tmp_path):

@@ -8,7 +8,7 @@ from conftest import DRAFTERS, NUM_LAYERS, make_drafter, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.engine import AdaptiveDraftLength, speculative_generate
 from specsparse.decoding.models import tiny_model
 from specsparse.decoding.skipping import skipper_for
 from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter
@@ -53,10 +53,13 @@ prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p 
     k=st.integers(1, 6),
     prompt=prompts,
     max_new=st.integers(1, 24),
+    draft_length=st.sampled_from(["fixed", "adaptive"]),
 )
-def test_greedy_speculative_output_equals_target_greedy(models, drafter, skip, draft_skip, k, prompt, max_new):
+def test_greedy_speculative_output_equals_target_greedy(
+    models, drafter, skip, draft_skip, k, prompt, max_new, draft_length
+):
     target = models[0]
-    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k, stop_on_eos=False)
+    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k, stop_on_eos=False, draft_length=draft_length)
     result = speculative_generate(
         target, prompt, make_drafter(drafter, models, NUM_LAYERS, draft_skip), config, skip_layers=skip
     )
@@ -131,6 +134,43 @@ def test_bad_inputs_fail_clearly(models):
         speculative_generate(models[0], [1], None, skip_layers=(NUM_LAYERS,))
     with pytest.raises(ValueError, match="max_new_tokens"):
         GenerationConfig(max_new_tokens=0)
+    with pytest.raises(ValueError, match="draft_length"):
+        GenerationConfig(draft_length="auto")
+    with pytest.raises(ValueError, match="verify_cost_per_token"):
+        GenerationConfig(verify_cost_per_token=0)
+
+
+def test_adaptive_draft_length_follows_acceptance_and_cost():
+    """Fresh (p = 1/2): a few tokens at a moderate cost. Every draft accepted: the whole budget;
+    every draft rejected: plain decoding, then (counts decaying) drafting again after a while."""
+    policy = AdaptiveDraftLength(0.09)
+    assert 0 < policy.length(8) < 8
+    assert AdaptiveDraftLength(2.0).length(8) == 0  # verifying costs too much to draft at all
+    for _ in range(20):
+        policy.update(drafted=8, accepted=8)
+    assert policy.length(8) == 8
+    rejected = 0
+    while policy.length(8) > 0:
+        policy.update(drafted=policy.length(8), accepted=0)
+        rejected += 1
+    assert 0 < rejected < 100
+    waited = 0
+    while policy.length(8) == 0:
+        policy.update(drafted=0, accepted=0)
+        waited += 1
+    assert 0 < waited < 100
+
+
+def test_adaptive_drafting_shortens_rejected_drafts(models):
+    """The same output as fixed-length drafting with fewer verified tokens when drafts fail."""
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 2
+    fixed = GenerationConfig(max_new_tokens=24, num_draft_tokens=6, stop_on_eos=False)
+    adaptive = GenerationConfig(max_new_tokens=24, num_draft_tokens=6, stop_on_eos=False, draft_length="adaptive",
+                                verify_cost_per_token=0.3)
+    a = speculative_generate(models[0], prompt, PromptLookupDrafter(), fixed)
+    b = speculative_generate(models[0], prompt, PromptLookupDrafter(), adaptive)
+    assert a.new_token_ids == b.new_token_ids
+    assert sum(b.verified_lengths) < sum(a.verified_lengths)
 
 
 def exact_two_token_distribution(model, prompt, temperature):

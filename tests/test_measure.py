@@ -1,11 +1,13 @@
 """Measuring one configuration: determinism, early rejection, keys that never go stale."""
 
 import json
+from collections import Counter
 from dataclasses import replace
 
 import pytest
 
 from specsparse.data import build_messages, get_domain, load_examples
+from specsparse.data.corpus import builtin_responses
 from specsparse.decoding.generation import generate_text
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, MeasureSpec
@@ -97,7 +99,7 @@ def test_store_keys_change_with_every_setting(spec):
     assert Evaluator(replace(spec, measure=MeasureSpec(batch_size=3))).key(Candidate((1,))) == key  # batch size: same results
 
 
-def test_trimmed_vocabulary_comes_from_calibration_references(spec):
+def test_trimmed_vocabulary_keeps_end_of_sequence_and_the_output(spec):
     evaluator = Evaluator(spec)
     ids = evaluator.vocab_ids(20)
     assert 20 <= len(ids) <= 21 and set(evaluator.target.eos_token_ids) <= set(ids)
@@ -111,9 +113,11 @@ def test_trimmed_vocabulary_comes_from_calibration_references(spec):
     assert 0 < trimmed.cost and 0 < full.cost and trimmed.tokens_per_s == pytest.approx(1 / trimmed.cost)
 
 
-def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec):
-    """The test split measures exactly the ids chosen on calibration: rewriting every test reference
-    leaves the vocabulary of both splits unchanged."""
+@pytest.mark.parametrize("corpus", [("dense_outputs", "builtin"), ("references",), ("builtin:qa", "dense_outputs")])
+def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec, corpus):
+    """The test split measures exactly the ids chosen on calibration: rewriting every test prompt and
+    reference leaves the vocabulary of both splits unchanged, whatever the corpus."""
+    spec = replace(spec, vocab_corpus=corpus)
     records = [{"id": f"q{i}", "prompt": f"Question {i}?", "reference": f"answer {i} " + "common words here" * (i % 3)}
                for i in range(12)]
     original, rewritten = tmp_path / "original.jsonl", tmp_path / "rewritten.jsonl"
@@ -121,7 +125,8 @@ def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec):
     options = {"id_field": "id"}
     calibration = Evaluator(replace(spec, domain=DomainSpec("qa", "jsonl", str(original), options=options)))
     calibration_ids = {ex.id for ex in calibration.examples}
-    rows = [r if r["id"] in calibration_ids else {**r, "reference": "zebra quantum " * 20} for r in records]
+    rows = [r if r["id"] in calibration_ids else {**r, "prompt": "Repeat: zebra zebra zebra", "reference": "zebra quantum " * 20}
+            for r in records]
     rewritten.write_text("".join(json.dumps(r) + "\n" for r in rows))
     vocabularies = []
     for path in (original, rewritten):
@@ -132,3 +137,14 @@ def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec):
     # ...and the rewritten test references would have changed it, had the test split been counted.
     test_texts = Evaluator(replace(spec, domain=DomainSpec("qa", "jsonl", str(rewritten), options=options), split="test"))
     assert any("zebra" in ref for ex in test_texts.examples for ref in ex.references)
+
+
+def test_builtin_corpus_leaves_out_the_jobs_test_split(spec):
+    """On a built-in domain, "builtin" counts every other set, and this set's calibration examples only."""
+    evaluator = Evaluator(replace(spec, domain=DomainSpec("qa"), vocab_corpus=("builtin",)))
+    test = DomainSpec("qa").load("test")
+    texts = Counter(builtin_responses("builtin", exclude_ids=[ex.id for ex in test]))
+    # exactly the test split's references are gone (other sets may share a short answer such as "100")
+    assert Counter(builtin_responses("builtin")) - Counter(ex.references[0] for ex in test) == texts
+    assert set(ex.references[0] for ex in evaluator.examples) <= set(texts)
+    assert set(builtin_responses("builtin:math")) < set(texts)

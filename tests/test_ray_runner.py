@@ -4,6 +4,7 @@ job to a Ray head started by the test."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -20,7 +21,13 @@ import torch
 
 from specsparse.jobs.job import run_job
 from specsparse.jobs.runners.local import LocalRunner
-from specsparse.jobs.runners.ray import RayResourceError, RayRunner, spec_from_dict, spec_to_dict
+from specsparse.jobs.runners.ray import (
+    RayResourceError,
+    RayRunner,
+    spec_from_dict,
+    spec_to_dict,
+    stop_orphaned_local_rays,
+)
 from specsparse.jobs.store import ResultsStore
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
 from specsparse.types import Candidate, Component, GenerationConfig
@@ -119,8 +126,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stop_cluster(temp_dir: Path) -> None:
-    """Stop the processes of the Ray head this test started (and only those), found by its temp dir."""
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of the processes (this one aside) whose command line contains `text`."""
     mine = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -129,8 +136,14 @@ def stop_cluster(temp_dir: Path) -> None:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if str(temp_dir) in cmdline and int(proc.name) != os.getpid():
+        if text in cmdline and int(proc.name) != os.getpid():
             mine.append(int(proc.name))
+    return mine
+
+
+def stop_cluster(temp_dir: Path) -> None:
+    """Stop the processes of the Ray head this test started (and only those), found by its temp dir."""
+    mine = processes_mentioning(str(temp_dir))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in mine:
             try:
@@ -178,3 +191,25 @@ def test_submit_a_sweep_to_a_ray_head(tmp_path):
     finally:
         stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+    assert not processes_mentioning(str(temp_dir)), "the Ray head left processes behind"
+
+
+@pytest.mark.slow
+def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_token):
+    """kill -9 of a runner=ray driver: nothing runs ray.shutdown, and Ray's agents outlive it. The
+    next runner=ray start stops every process of that Ray (found by its session name), no other."""
+    code = ("import sys; from specsparse.jobs.runners.ray import RayRunner; runner = RayRunner(num_workers=1); "
+            "runner._connect(); print(runner._session_record, flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+    record = Path(child.stdout.readline().strip())
+    session = json.loads(record.read_text())["session"]
+    assert processes_mentioning(session)
+    child.kill()
+    child.wait()
+    assert record.is_file()  # what kill -9 leaves: the record, and (often) Ray's agents
+    stop_orphaned_local_rays()
+    deadline = time.time() + 20
+    while processes_mentioning(session) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not processes_mentioning(session) and not record.exists()

@@ -36,14 +36,15 @@ def steps(result):
     max_new=st.integers(1, 20),
     batch_size=st.integers(1, 4),
     eos=st.sampled_from([(), (5,), (5, 9)]),
+    draft_length=st.sampled_from(["fixed", "adaptive"]),
 )
 def test_batched_measurement_equals_the_engine_step_for_step(
-    models, drafter, skip, draft_skip, k, prompts, max_new, batch_size, eos
+    models, drafter, skip, draft_skip, k, prompts, max_new, batch_size, eos, draft_length
 ):
     """Every drafter: replay when it is replayable, lockstep verification otherwise; both against the
     engine run prompt by prompt with a fresh drafter each. The tiny models' logits have no near-ties."""
     target = models[0]
-    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k)
+    config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k, draft_length=draft_length)
     new_drafter = lambda: make_drafter(drafter, models, NUM_LAYERS, draft_skip)  # noqa: E731
     expected = [steps(r) for r in engine_runs(target, prompts, new_drafter, config, skip, eos)]
     lockstep = generate_batch(target, prompts, [new_drafter() for _ in prompts], config, skip, eos, batch_size)

@@ -20,11 +20,15 @@ from specsparse.jobs.report import (
     build_report,
     find_jobs,
     format_cell,
+    merged_config_map,
+    routing_table,
     table1,
     table2,
     to_latex,
     to_markdown,
 )
+from specsparse.jobs.wandb_report import to_wandb_report
+from specsparse.serving.router import map_routing_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,3 +172,83 @@ def test_tables_from_summaries_alone():
     # two metrics, and what this older summary lacks (method, intervals, plain decoding and the other
     # side-by-side timings, verdict): n/a, never 0
     assert written["table1"][0].read_text().count("n/a") == 14
+
+
+def test_routing_learns_from_the_maps_calibration_prompts_and_is_scored_on_test(sweep, tmp_path):
+    """Each job's map records its calibration prompts; the report fits the runtime's default router
+    on them and scores it on every mapped job's held-out prompts."""
+    records = find_jobs([sweep / "multirun"])
+    job = sweep / "multirun" / "0_translation_bfs"
+    recorded = load_config_map(job / "config_map.yaml").domains["translation"].routing_prompts
+    calibration = json.loads((job / "reproduce.json").read_text())["data"]["n_calibration"]
+    assert len(recorded) == calibration and all(p.startswith("Translate") for p in recorded)
+    merged = merged_config_map(records)
+    prompts = map_routing_prompts(merged)
+    assert prompts["translation"] == list(recorded) and "qa" in prompts  # unmapped built-in domains: served dense
+    routing = routing_table(records, merged).set_index("domain")
+    assert list(routing.index) == ["mt_bench", "translation", "all"]
+    assert routing.loc["all", "test_prompts"] == routing.loc[["mt_bench", "translation"], "test_prompts"].sum()
+    assert 0 <= routing.loc["all", "accuracy"] <= 1 and routing.loc["translation", "accuracy"] > 0.5
+
+
+def test_mixed_stream_row_times_the_controller_against_dense(sweep, tmp_path):
+    records = find_jobs([sweep / "multirun"])
+    written = build_report(records, tmp_path / "report", plots=False, mixed_stream=2, progress=False)
+    t1 = pd.read_csv(written["table1"][2], keep_default_na=False).set_index("domain")
+    row = t1.loc["mixed stream"]
+    assert row["strategy"] == "controller" and row["held_out"].startswith("4 requests, routed right")
+    assert float(row["tokens_per_s_native"]) > 0 and float(row["tokens_per_s_tss"]) > 0
+    low, high = (float(x) for x in row["speedup_ci"].split("-"))
+    assert low <= float(row["speedup"]) <= high
+    assert (tmp_path / "report" / "routing.md").is_file() is False  # only with --merge-config-map
+
+
+def test_vocabulary_job_reports_coverage_and_in_or_out_of_domain(tmp_path):
+    """A tiny vocabulary search whose corpus is the built-in QA references, run on math: an
+    out-of-domain row in the vocabulary table, and the coverage-vs-k figure."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "model=tiny", "logger=none", "domain=math", "search=tpe_vocab",
+         "drafter=self_skip", "search.n_trials=8", "vocab_corpus=[builtin:qa]", "domain.limit=8",
+         "generation.max_new_tokens=8", "timing_prompts=2", "progress=false", f"paths.outputs={tmp_path}",
+         f"hydra.run.dir={tmp_path / 'job'}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=300,
+    )
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert summary["vocab_corpus"] == {"entries": ["builtin:qa"], "domains": ["qa"], "in_domain": False}
+    written = build_report(find_jobs([tmp_path / "job"]), tmp_path / "report")
+    vocab = pd.read_csv(written["table_vocab"][2], keep_default_na=False)
+    assert list(vocab["in_domain"]) == ["out of domain"] and int(vocab.loc[0, "k"]) == summary["selected_vocab_size"]
+    assert float(vocab.loc[0, "accept_full"]) >= 1 and float(vocab.loc[0, "accept_trimmed"]) >= 1
+    [figure] = written["vocab_coverage"]
+    assert figure.name == "vocab_coverage_math.png" and figure.read_bytes()[:4] == b"\x89PNG"
+    curve = summary["info"]["curve"]
+    assert [k for k, _, _ in curve] == sorted(k for k, _, _ in curve) and summary["info"]["k"] in [k for k, _, _ in curve]
+    coverages = [c for _, c, _ in curve]
+    assert coverages == sorted(coverages)  # C(k) never falls as k grows
+
+
+def test_wandb_report_definition_offline(sweep, tmp_path, capsys, monkeypatch):
+    """Offline, --publish writes the report definition; it holds the tables and one panel grid per
+    domain, and wandb-workspaces builds a Report from it."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "report"
+    assert main(["report", str(sweep / "multirun"), "--out", str(out), "--no-plots", "--publish", "me/specsparse"]) == 0
+    assert "definition written" in capsys.readouterr().out
+    definition = json.loads((out / "wandb_report.json").read_text())
+    assert (definition["entity"], definition["project"]) == ("me", "specsparse")
+    blocks = definition["blocks"]
+    tables = {b["text"]: blocks[i + 1]["text"] for i, b in enumerate(blocks) if b["type"] == "H1" and i + 1 < len(blocks)
+              and blocks[i + 1]["type"] == "MarkdownBlock"}
+    assert tables["Table 1: native vs TSS per domain"] == (out / "table1.md").read_text()
+    assert tables["Table 2: search strategies per domain"] == (out / "table2.md").read_text()
+    grids = [b for b in blocks if b["type"] == "PanelGrid"]
+    assert [g["runset"]["filters"] for g in grids] == ["Config('domain.name') = 'mt_bench'",
+                                                        "Config('domain.name') = 'translation'"]
+    assert {p["type"] for p in grids[0]["panels"]} == {"WeavePanelSummaryTable", "MediaBrowser", "ScatterPlot"}
+    import wandb_workspaces.reports.v2 as wr
+
+    report = to_wandb_report(definition)
+    assert isinstance(report, wr.Report) and report.project == "specsparse"
+    assert [type(b).__name__ for b in report.blocks][:2] == ["H1", "MarkdownBlock"]
+    assert sum(isinstance(b, wr.PanelGrid) for b in report.blocks) == 2
+    assert main(["report", str(sweep / "multirun"), "--out", str(out), "--publish", "nobody"]) == 2

@@ -5,7 +5,10 @@ blocks a job: no key means offline, and a failing W&B means no W&B."""
 from __future__ import annotations
 
 import logging
+import os
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -149,3 +152,22 @@ def test_unknown_mode_is_rejected():
     with pytest.raises(ValueError, match="logger.mode"):
         WandbLogger(mode="sometimes")
     assert WandbLogger(mode="dryrun").mode == "offline"
+
+
+def test_a_killed_process_leaves_no_wandb_temp_folders_behind(tmp_path):
+    """wandb makes temporary folders when imported; a process killed with -9 cannot remove them.
+    They live in specsparse-wandb-<pid>, which the next import removes once that pid is gone."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = ("import os, sys, tempfile; from specsparse.jobs.wandb_logger import import_wandb; import_wandb(); "
+            "print(os.getpid(), flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = child.stdout.readline().strip()
+    own = tmp_path / f"specsparse-wandb-{pid}"
+    assert {p.name.endswith(("wandb-media", "wandb-artifacts")) for p in own.iterdir()} == {True}
+    assert not [p for p in tmp_path.iterdir() if p != own]  # nothing of wandb's outside its folder
+    child.kill()
+    child.wait()
+    assert own.is_dir()  # what kill -9 leaves
+    subprocess.run([sys.executable, "-c", "from specsparse.jobs.wandb_logger import import_wandb; import_wandb()"],
+                   env=env, check=True, timeout=120)
+    assert not own.exists() and list(tmp_path.iterdir()) == []  # removed; the second process cleaned up after itself

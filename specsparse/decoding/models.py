@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specsparse.util import file_sha256
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_MODELS = {
@@ -93,7 +95,7 @@ def load_model(source: str = "smollm2-135m", dtype: str = "float32", device: str
     else:
         directory, identity = source, {"name": source}
         if Path(source).is_dir():
-            identity["config_sha256"] = _file_sha256(Path(source) / "config.json")[:16]
+            identity["config_sha256"] = file_sha256(Path(source) / "config.json")[:16]
     try:
         with _quiet_loading():
             model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype).to(device).eval()
@@ -145,14 +147,6 @@ def _embedded_gguf(name: str) -> Path:
     return files[0]
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _converted_gguf(gguf_path: Path) -> tuple[Path, dict]:
     """Return a safetensors directory converted from `gguf_path` (converting on first use).
 
@@ -165,7 +159,7 @@ def _converted_gguf(gguf_path: Path) -> tuple[Path, dict]:
     if identity_file.is_file():
         return target, json.loads(identity_file.read_text())
     log.info("converting %s to safetensors under %s (once; about 15 s)", gguf_path.name, target)
-    identity = {"gguf": gguf_path.name, "gguf_sha256": _file_sha256(gguf_path)[:16]}
+    identity = {"gguf": gguf_path.name, "gguf_sha256": file_sha256(gguf_path)[:16]}
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     # The weights are already de-quantized to float32; drop the GGUF marker so they can be saved.

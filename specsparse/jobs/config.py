@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.data import DOMAINS, SOURCES, load_examples
+from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
+from specsparse.data.corpus import is_keyword as is_corpus_keyword
 from specsparse.decoding.models import DTYPES
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
@@ -117,6 +119,7 @@ def build_plan(
     evaluation = EvaluationSpec(
         model=model.source, dtype=model.dtype, device=model.device, drafter=drafter, domain=domain,
         split="calibration", generation=generation, measure=measure,
+        vocab_corpus=_vocab_corpus(config.get("vocab_corpus", EvaluationSpec.vocab_corpus), cwd_path),
     )
     paths = config.get("paths") or {}
     store = _absolute(paths.get("store") or "outputs/store.sqlite", cwd_path)
@@ -139,6 +142,28 @@ def build_plan(
         overrides=tuple(overrides),
         data=data,
     )
+
+def _vocab_corpus(value: Any, cwd: Path) -> tuple[str, ...]:
+    """Keywords stay, "hf:" ids stay, files and folders become absolute paths that exist."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"vocab_corpus={value!r}: give a list of {', '.join(CORPUS_KEYWORDS)}, builtin:<domain>, "
+                          "files or hf:<dataset>")
+    entries = []
+    for entry in value:
+        if is_corpus_keyword(entry) or entry.startswith("hf:"):
+            entries.append(entry)
+            continue
+        path = _absolute(entry, cwd)
+        if not path.exists():
+            raise ConfigError(
+                f"vocab_corpus: {entry!r} is neither one of {', '.join(CORPUS_KEYWORDS)}, builtin:<domain> "
+                f"nor an existing file or folder ({path})"
+            )
+        entries.append(str(path))
+    return tuple(entries)
+
 
 def _timing_prompts(value: Any) -> int | None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -204,7 +229,7 @@ def _check_device(device: str) -> None:
 
 
 _GENERATION_TYPES = {"max_new_tokens": int, "num_draft_tokens": int, "temperature": float, "seed": int,
-                     "stop_on_eos": bool}
+                     "stop_on_eos": bool, "draft_length": str, "verify_cost_per_token": float}
 
 
 def _generation(cfg: Mapping[str, Any]) -> GenerationConfig:
@@ -214,17 +239,20 @@ def _generation(cfg: Mapping[str, Any]) -> GenerationConfig:
     for key, kind in _GENERATION_TYPES.items():
         value = cfg.get(key)
         if key in cfg and not _is_a(value, kind):
-            raise ConfigError(f"generation.{key}={value!r} must be {'a number' if kind is float else 'an ' + kind.__name__}")
+            raise ConfigError(f"generation.{key}={value!r} must be {_KIND_NAMES[kind]}")
     try:
         return GenerationConfig(**cfg)
     except ValueError as err:
         raise ConfigError(f"generation: {err}") from None
 
 
+_KIND_NAMES = {int: "an int", float: "a number", bool: "a bool", str: "a string"}
+
+
 def _is_a(value: Any, kind: type) -> bool:
     """`value` is of `kind`, strictly: a bool is not an int, an int is a float."""
-    if kind is bool:
-        return isinstance(value, bool)
+    if kind is bool or kind is str:
+        return isinstance(value, kind)
     if kind is int:
         return is_int(value)
     return is_number(value)

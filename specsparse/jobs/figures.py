@@ -1,6 +1,7 @@
 """The report's figures (PNG, matplotlib without pyplot): the Pareto front of a search, the dense accept
 length per domain and drafter (the papers' Fig. 2) and per-sample dense vs TSS (Fig. 5); the
-single-layer ablation's figure (Fig. 3) is in `specsparse.jobs.ablation`."""
+single-layer ablation's figure (Fig. 3) is in `specsparse.jobs.ablation`; and a vocabulary search's
+coverage against k."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 
@@ -115,4 +117,22 @@ def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pa
         ax.set_ylabel(f"{label}, TSS")
         ax.set_title(f"{title}: {label} ({len(frame)} prompts)", fontsize=9)
         ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def plot_vocab_coverage(info: dict, title: str, path: str | os.PathLike) -> Path:
+    """C(k) and R(k) of a vocabulary search against k (log scale), the minimum coverage and the chosen k."""
+    curve = np.array(info["curve"], dtype=float)  # rows (k, coverage, latency reduction)
+    fig = new_figure()
+    ax = fig.subplots()
+    ax.plot(curve[:, 0], curve[:, 1], label="coverage C(k)")
+    ax.plot(curve[:, 0], curve[:, 2], label="modeled latency reduction R(k)")
+    ax.axhline(info["min_coverage"], color="grey", ls="--", lw=0.8, label=f"minimum coverage {info['min_coverage']}")
+    ax.axvline(info["k"], color="black", lw=0.8, label=f"chosen k = {info['k']} (C = {info['coverage']:.3f})")
+    ax.set_xscale("log")
+    ax.set_xlabel("draft vocabulary size k")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specsparse.data.corpus import corpus_domains
 from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import reproduce_record
@@ -86,8 +87,19 @@ class JobResult:
             "alternatives": [list(c.skip_layers) for c, _ in s.alternatives],
             "notes": list(s.notes),
             "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
+            "vocab_corpus": self.vocab_corpus(),
             "job_wall_time_s": self.wall_time_s,
         }
+
+    def vocab_corpus(self) -> dict[str, Any] | None:
+        """For a vocabulary search: the corpus the kept ids were counted on, the domains it holds,
+        and whether this job's domain is among them (in domain) or not (out of domain)."""
+        if self.search_result.strategy != "tpe_vocab":
+            return None
+        entries = list(self.description.get("vocab_corpus") or ())
+        domains = corpus_domains(entries, self.domain)
+        return {"entries": entries, "domains": None if domains is None else sorted(domains),
+                "in_domain": None if domains is None else self.domain in domains}
 
 
     def held_out(self) -> dict[str, Any]:

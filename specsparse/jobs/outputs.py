@@ -9,6 +9,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,10 @@ def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
     config_map = ConfigMap(
         model=calibration.spec.model,
         num_layers=job.num_layers,
-        domains={job.domain: domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids)},
+        domains={job.domain: replace(
+            domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids),
+            routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration.examples),  # as builtin_prompts
+        )},
         drafter=calibration.spec.drafter.name,
         model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
     )

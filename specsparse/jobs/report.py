@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +34,21 @@ from typing import Any
 import pandas as pd
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, merge_config_maps, write_config_map
+from specsparse.decoding.models import load_model_cached
 from specsparse.jobs.ablation import plot_ablation, single_layer_ablation
-from specsparse.jobs.figures import dense_accept_lengths, plot_dense_accept, plot_pareto, plot_samples
+from specsparse.jobs.figures import (
+    dense_accept_lengths,
+    plot_dense_accept,
+    plot_pareto,
+    plot_samples,
+    plot_vocab_coverage,
+)
+from specsparse.jobs.mixed_stream import round_robin, run_mixed_stream
+from specsparse.measuring.evaluation import DomainSpec
+from specsparse.measuring.intervals import mean_interval
+from specsparse.serving.controller import Controller
+from specsparse.serving.router import make_router, map_routing_prompts
+from specsparse.types import Component, GenerationConfig
 from specsparse.util import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -117,9 +131,9 @@ def find_jobs(paths: Iterable[str | os.PathLike]) -> list[JobRecord]:
 
 def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
     """Jobs from W&B runs of `entity/project` (their summaries are the jobs' summary.json)."""
-    import wandb  # noqa: PLC0415
+    from specsparse.jobs.wandb_logger import import_wandb  # noqa: PLC0415
 
-    api = wandb.Api(timeout=timeout)
+    api = import_wandb().Api(timeout=timeout)
     records = []
     for run in api.runs(path):
         summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
@@ -291,10 +305,44 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE2_COLUMNS)
 
 
+VOCAB_COLUMNS = ["model", "method", "domain", "corpus", "in_domain", "k", "coverage", "split", "accept_full",
+                 "accept_trimmed", "modeled_tokens_per_s_full", "modeled_tokens_per_s_trimmed", "speedup",
+                 "speedup_ci", "speedup_vs_plain"]
+
+
+def table_vocab(records: Sequence[JobRecord]) -> pd.DataFrame:
+    """Vocabulary trimming per domain (the vocabulary paper's in- vs out-of-domain comparison): the
+    kept ids come from the job's corpus; the job's domain is in domain when the corpus holds its
+    texts. Accept length and modeled tokens/s of the full and the trimmed head on the test split;
+    speedup: trimmed over full, timed side by side in the job."""
+    rows = []
+    groups = latest([r for r in records if r.summary.get("vocab_corpus")], "model", "drafter", "domain")
+    for (model, method, domain), record in sorted(groups.items(), key=lambda i: tuple(map(str, i[0]))):
+        s = record.summary
+        split, full, trimmed = _split_numbers(s)
+        corpus = s["vocab_corpus"]
+        rows.append({
+            "model": model, "method": method, "domain": domain,
+            "corpus": ", ".join(Path(e).name if "/" in e else e for e in corpus["entries"]),
+            "in_domain": {True: "in domain", False: "out of domain", None: "unknown"}[corpus["in_domain"]],
+            "k": s.get("selected_vocab_size"), "coverage": (s.get("info") or {}).get("coverage"), "split": split,
+            "accept_full": _get(full, "accept_length"), "accept_trimmed": _get(trimmed, "accept_length"),
+            "modeled_tokens_per_s_full": _get(full, "tokens_per_s"),
+            "modeled_tokens_per_s_trimmed": _get(trimmed, "tokens_per_s"),
+            "speedup": s.get("speedup_test") if split == "test" else None,
+            "speedup_ci": None if not s.get("speedup_test_interval") or split != "test"
+            else "{:.2f}-{:.2f}".format(*s["speedup_test_interval"]),
+            "speedup_vs_plain": (s.get("speedup_test_vs_plain") or [None])[0] if split == "test" else None,
+        })
+    return pd.DataFrame(rows, columns=VOCAB_COLUMNS)
+
+
 # -- formatting ------------------------------------------------------------------------------------
 DIGITS = {"tokens_per_s": 1, "tokens_per_s_native": 1, "tokens_per_s_tss": 1, "speedup": 2, "modeled_speedup": 2,
           "speedup_vs_plain": 2, "plain_tokens_per_s": 1, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
-          "modeled_tokens_per_s_tss": 1, "cost_ms_per_token": 2, "search_wall_time_s": 1}
+          "modeled_tokens_per_s_tss": 1, "cost_ms_per_token": 2, "search_wall_time_s": 1,
+          "modeled_tokens_per_s_full": 1, "modeled_tokens_per_s_trimmed": 1, "accept_full": 2, "accept_trimmed": 2,
+          "coverage": 3}
 
 
 def format_cell(column: str, value: Any) -> str:
@@ -363,6 +411,72 @@ def merged_config_map(records: Sequence[JobRecord], strategy: str = "bfs") -> Co
         raise ReportError(str(err)) from None
 
 
+ROUTING_COLUMNS = ["domain", "test_prompts", "routed_right", "accuracy", "accuracy_ci", "most_confused_with"]
+
+
+def routing_table(records: Sequence[JobRecord], merged: ConfigMap, strategy: str = "bfs") -> pd.DataFrame:
+    """Held-out routing accuracy of the runtime's default router: TF-IDF fitted on the calibration
+    prompts the merged config map records (`map_routing_prompts`), scored on each mapped job's test
+    split; a last "all" row pools them."""
+    router = make_router("tfidf").fit(map_routing_prompts(merged))
+    rows, hits_all = [], []
+    for domain, test in mapped_test_splits(records, merged, strategy).items():
+        predicted = [router.predict("\n\n".join(ex.turns))[0] for ex in test]
+        hits = [p == domain for p in predicted]
+        hits_all += hits
+        wrong = Counter(p for p in predicted if p != domain).most_common(1)
+        rows.append(_routing_row(domain, hits, f"{wrong[0][0]} ({wrong[0][1]})" if wrong else None))
+    if len(rows) > 1:
+        rows.append(_routing_row("all", hits_all, None))
+    return pd.DataFrame(rows, columns=ROUTING_COLUMNS)
+
+
+def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy: str = "bfs") -> dict[str, list]:
+    """{domain: its job's held-out test examples} for each domain of the merged map."""
+    splits = {}
+    for (_, domain), record in sorted(tss_jobs(records, strategy).items()):
+        spec = (record.reproduce.get("evaluation_spec") or {}).get("domain")
+        if domain in merged.domains and spec:
+            splits[domain] = DomainSpec(**{**spec, "exclude_ids": tuple(spec.get("exclude_ids") or ())}).load("test")
+    return splits
+
+
+def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain: int, strategy: str = "bfs",
+                     progress: bool = True) -> dict[str, Any]:
+    """Table 1's mixed-stream row: `per_domain` test prompts of every mapped domain through the
+    runtime controller (the default router, fitted on the map's calibration prompts) against dense,
+    timed side by side now, with the model, drafter and generation settings of the jobs."""
+    jobs = [r for (_, domain), r in tss_jobs(records, strategy).items() if domain in merged.domains]
+    settings = {json.dumps({k: (r.reproduce.get("evaluation_spec") or {}).get(k) for k in
+                            ("model", "dtype", "device", "drafter", "generation")}, sort_keys=True) for r in jobs}
+    if len(settings) != 1:
+        raise ReportError("--mixed-stream needs jobs of one model, drafter and generation setting; "
+                          f"these jobs have {len(settings)}: pass the folders of one sweep")
+    spec = json.loads(settings.pop())
+    if spec["model"] is None:
+        raise ReportError("--mixed-stream needs the jobs' reproduce.json (their folders, not bare summaries)")
+    target = load_model_cached(spec["model"], spec["dtype"], spec["device"])
+    drafter = Component(spec["drafter"]["target"], spec["drafter"]["options"])
+    controller = Controller(target, merged, lambda t, ids: drafter.cls.from_target(t, vocab_ids=ids, **drafter.options),
+                            make_router("tfidf").fit(map_routing_prompts(merged)))
+    stream = round_robin(mapped_test_splits(records, merged, strategy), per_domain)
+    result = run_mixed_stream(controller, stream, GenerationConfig(**spec["generation"]), progress)
+    point, low, high = result.timing.speedup("controller", "dense")
+    return {
+        "model": jobs[0].model, "method": jobs[0].drafter, "domain": "mixed stream", "strategy": "controller",
+        "split": "test", "accept_native": result.accept_dense, "accept_tss": result.accept_controller,
+        "tokens_per_s_native": result.timing.tokens_per_s[0], "tokens_per_s_tss": result.timing.tokens_per_s[1],
+        "speedup": point, "speedup_ci": f"{low:.2f}-{high:.2f}",
+        "held_out": f"{result.requests} requests, routed right {result.routed_right}, ran sparse {result.ran_sparse}",
+    }
+
+
+def _routing_row(domain: str, hits: list[bool], confused: str | None) -> dict[str, Any]:
+    accuracy = mean_interval(hits)
+    return {"domain": domain, "test_prompts": len(hits), "routed_right": sum(hits), "accuracy": accuracy.point,
+            "accuracy_ci": f"{accuracy.low:.3f}-{accuracy.high:.3f}", "most_confused_with": confused}
+
+
 # -- everything ------------------------------------------------------------------------------------
 def build_report(
     records: Sequence[JobRecord],
@@ -371,23 +485,38 @@ def build_report(
     strategy: str = "bfs",
     merge_config_map: str | os.PathLike | None = None,
     plots: bool = True,
+    mixed_stream: int | None = None,
+    progress: bool = True,
 ) -> dict[str, list[Path]]:
-    """Write tables, figures, report.md and (optionally) the merged config map; returns what was written."""
+    """Write tables, figures, report.md and (optionally) the merged config map; returns what was written.
+    mixed_stream: test prompts per domain for Table 1's mixed-stream row (runs the model now)."""
     if not records:
         raise ReportError("no finished jobs found (no summary.json): pass job or multirun folders")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[Path]] = {}
     t1, t2 = table1(records, strategy), table2(records)
+    if mixed_stream:
+        row = mixed_stream_row(records, merged_config_map(records, strategy), mixed_stream, strategy, progress)
+        t1 = pd.concat([t1, pd.DataFrame([row], columns=TABLE1_COLUMNS)], ignore_index=True)
     written["table1"] = write_table(t1, out / "table1", "Native vs TSS per domain (held-out test split)")
     written["table2"] = write_table(t2, out / "table2", "Search strategies per domain")
     sections = ["# specsparse report", "", f"{len(records)} job(s).", "",
                 "## Table 1: native vs TSS per domain", "", to_markdown(t1),
                 "## Table 2: search strategies per domain", "", to_markdown(t2)]
+    vocab = table_vocab(records)
+    if not vocab.empty:
+        written["table_vocab"] = write_table(vocab, out / "table_vocab", "Draft vocabulary trimming, in and out of domain")
+        sections += ["## Draft vocabulary trimming: in and out of domain", "", to_markdown(vocab)]
     if plots:
         written["pareto"] = []
         multiple_models = len({r.model for r in records}) > 1
         written["samples"] = []
+        written["vocab_coverage"] = [
+            plot_vocab_coverage(r.summary["info"], f"{r.domain}: coverage of {r.model}'s draft vocabulary",
+                                out / f"vocab_coverage_{r.domain}.png")
+            for r in latest([r for r in records if (r.summary.get("info") or {}).get("curve")], "domain").values()
+        ]
         for (model, domain), record in tss_jobs(records, strategy).items():
             stem = f"{model}_{domain}" if multiple_models else domain
             frame = read_measurements(record.directory / "measurements.csv") if record.directory else None
@@ -398,7 +527,8 @@ def build_report(
             if samples is not None and samples.is_file():
                 frame = pd.read_json(samples, lines=True, dtype={"metric_dense": float, "metric_tss": float})
                 written["samples"].append(plot_samples(frame, domain, out / f"samples_{stem}.png"))
-        for key, heading in (("pareto", "Pareto fronts"), ("samples", "Per test prompt, dense vs TSS")):
+        for key, heading in (("pareto", "Pareto fronts"), ("samples", "Per test prompt, dense vs TSS"),
+                             ("vocab_coverage", "Draft vocabulary: coverage and modeled latency reduction vs k")):
             if written[key]:
                 sections += [f"## {heading}", ""] + [f"![{p.stem}]({p.name})" for p in written[key]] + [""]
         stores = list(dict.fromkeys(
@@ -424,5 +554,10 @@ def build_report(
         paths = list(write_config_map(merge_config_map, merged))
         written["config_map"] = paths
         sections += ["## Merged config map", "", f"{paths[0]} ({', '.join(merged.domains)})", ""]
+        routing = routing_table(records, merged, strategy)
+        if not routing.empty:
+            written["routing"] = write_table(routing, out / "routing", "Routing accuracy on the held-out test prompts")
+            sections += ["## Routing on held-out prompts (router fitted on the map's calibration prompts)", "",
+                         to_markdown(routing)]
     written["report"] = [atomic_write_text(out / "report.md", "\n".join(sections))]
     return written

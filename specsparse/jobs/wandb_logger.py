@@ -14,10 +14,14 @@ failing that, no W&B run at all).
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import netrc
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,41 @@ log = logging.getLogger(__name__)
 
 MODES = ("offline", "online", "disabled")
 ALIASES = {"dryrun": "offline", "run": "online"}  # older spellings of WANDB_MODE
+
+
+TEMP_PREFIX = "specsparse-wandb-"
+
+
+def import_wandb() -> Any:
+    """`import wandb`, with the temporary folders it makes at import (wandb-media, wandb-artifacts)
+    inside one folder per process, <system temp>/specsparse-wandb-<pid>, removed at exit. Such
+    folders left by processes that are gone (killed with -9) are removed first."""
+    if "wandb" in sys.modules:
+        return sys.modules["wandb"]
+    base = Path(tempfile.gettempdir())
+    for stale in base.glob(f"{TEMP_PREFIX}*"):
+        pid = stale.name[len(TEMP_PREFIX):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    own = base / f"{TEMP_PREFIX}{os.getpid()}"
+    own.mkdir(exist_ok=True)
+    previous, tempfile.tempdir = tempfile.tempdir, str(own)
+    try:
+        import wandb  # noqa: PLC0415
+    finally:
+        tempfile.tempdir = previous
+    atexit.register(shutil.rmtree, own, True)
+    return wandb
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def has_api_key() -> bool:
@@ -108,7 +147,7 @@ class WandbLogger:
                 self.run = None
 
     def _init(self, mode: str, name: str, config, tags, group) -> Any:
-        import wandb  # noqa: PLC0415 - only jobs that log need it
+        wandb = import_wandb()  # only jobs that log need it
 
         settings = wandb.Settings(init_timeout=self.init_timeout, silent=True, console="off")
         return wandb.init(
@@ -169,7 +208,7 @@ class WandbLogger:
         """Tables, the Pareto plot, the config map artifact and the summary of a finished job."""
         if self.run is None:
             return
-        import wandb  # noqa: PLC0415
+        wandb = import_wandb()
 
         from specsparse.jobs.figures import plot_pareto  # noqa: PLC0415
         from specsparse.jobs.report import read_measurements  # noqa: PLC0415

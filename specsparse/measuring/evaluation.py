@@ -20,6 +20,7 @@ import torch
 
 from specsparse import __version__
 from specsparse.data import Example, get_domain, load_examples, split_examples
+from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.models import LoadedModel, load_model_cached
 from specsparse.decoding.skipping import decoder_layers
 from specsparse.drafters.base import Drafter
@@ -27,7 +28,7 @@ from specsparse.measuring.measure import Continuations, EarlyReject, measure_man
 from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, price, profile_for
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
-from specsparse.util import content_hash
+from specsparse.util import content_hash, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class EvaluationSpec:
     split: str = "calibration"
     generation: GenerationConfig = GenerationConfig()
     measure: MeasureSpec = MeasureSpec()
+    # Token frequencies of a trimmed draft vocabulary (`specsparse.data.corpus`; files as absolute paths).
+    vocab_corpus: tuple[str, ...] = ("dense_outputs", "builtin")
 
     def with_split(self, split: str) -> EvaluationSpec:
         return replace(self, split=split)
@@ -117,6 +120,9 @@ class Evaluator:
         spec["measure"].pop("batch_size")
         spec["model_identity"] = self.target.identity
         spec["example_ids"] = [ex.id for ex in self.examples]
+        spec["vocab_corpus_files"] = {  # a corpus file edited in place measures anew
+            entry: file_sha256(entry) for entry in self.spec.vocab_corpus if Path(entry).is_file()
+        }
         spec["code_version"] = code_version()
         return spec
 
@@ -173,16 +179,21 @@ class Evaluator:
     # -- vocabulary trimming -------------------------------------------------------------------
     @functools.cached_property
     def token_counts(self) -> dict[int, int]:
-        """Token frequencies of the assistant side of the *calibration* split, whatever this
-        evaluator's split: the vocabulary is chosen there, and the test split measures exactly those
-        ids. Texts: the references, or, for a domain without references, the dense target's own
-        outputs."""
+        """Token frequencies of the `vocab_corpus` of assistant responses, built from the *calibration*
+        split whatever this evaluator's split: the vocabulary is chosen there, and the test split
+        measures exactly those ids. No text of the test split enters (`specsparse.data.corpus`)."""
         if self.spec.split != "calibration":
             return evaluator_for(self.spec.with_split("calibration")).token_counts
-        texts = [ref for ex in self.examples for ref in ex.references[:1]]
-        if not texts:
-            dense = self.evaluate(Candidate(), progress=False)
-            texts = [p.output_text for p in dense.per_prompt]
+        texts: list[str] = []
+        for entry in self.spec.vocab_corpus:
+            if entry == "dense_outputs":
+                texts += [p.output_text for p in self.evaluate(Candidate(), progress=False).per_prompt]
+            elif entry == "references":
+                texts += [ref for ex in self.examples for ref in ex.references[:1]]
+            elif is_keyword(entry):  # the built-in sets
+                texts += builtin_responses(entry, exclude_ids=[ex.id for ex in self.spec.domain.load("test")])
+            else:
+                texts += load_responses(entry)
         tokenizer = self.target.tokenizer
         return dict(token_frequencies(tokenizer(text, add_special_tokens=False).input_ids for text in texts))
 

@@ -50,6 +50,13 @@ def _percentiles(values: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def mean_interval(values: np.ndarray | list[float], seed: int = 0) -> Interval:
+    """The mean of per-prompt values (e.g. 1/0 routing hits) with its bootstrap interval."""
+    values = np.asarray(values, dtype=float)
+    low, high = _percentiles(values[_draws(len(values), seed)].mean(axis=1))
+    return Interval(float(values.mean()), low, high)
+
+
 def _prompt_arrays(m: Measurement) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Per prompt: tokens, verification steps, and metric (None when any prompt has none)."""
     tokens = np.array([p.new_tokens for p in m.per_prompt], dtype=float)

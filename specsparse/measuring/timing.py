@@ -19,7 +19,7 @@ from specsparse.data import Domain, Example, build_messages
 from specsparse.decoding.generation import generate_text
 from specsparse.decoding.models import LoadedModel
 from specsparse.drafters.base import Drafter
-from specsparse.types import GenerationConfig
+from specsparse.types import GenerationConfig, GenerationResult
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class SideBySide:
                 "prompts": self.prompts}
 
 
+Runner = Callable[[Example], GenerationResult]  # generates one example's reply with the engine
+
+
 def time_side_by_side(
     target: LoadedModel,
     domain: Domain,
@@ -53,19 +56,33 @@ def time_side_by_side(
     progress: bool = True,
 ) -> SideBySide:
     """Time each (label, skip set, make_drafter) on every example's first turn with the engine."""
-    if len(configurations) < 2:
+
+    def runner(skip: Sequence[int], make_drafter: Callable[[], Drafter | None]) -> Runner:
+        def run(example: Example) -> GenerationResult:
+            messages = build_messages(domain, example, 0, [])
+            return generate_text(target, messages, make_drafter(), generation, skip)[1]
+        return run
+
+    return time_runners(examples, [(label, runner(skip, make)) for label, skip, make in configurations],
+                        repeats, seed, progress)
+
+
+def time_runners(
+    examples: Sequence[Example], runners: Sequence[tuple[str, Runner]], repeats: int = 1, seed: int = 0,
+    progress: bool = True,
+) -> SideBySide:
+    """Time each (label, runner) on every example, interleaved (see the module docstring)."""
+    if len(runners) < 2:
         raise ValueError("side-by-side timing needs at least two configurations")
-    tokens = np.zeros((len(examples), len(configurations)))
+    tokens = np.zeros((len(examples), len(runners)))
     seconds = np.zeros_like(tokens)
-    order = list(range(len(configurations)))
+    order = list(range(len(runners)))
     with tqdm(total=len(examples) * repeats * len(order), desc="timing side by side", disable=not progress,
               leave=False) as bar, torch.inference_mode():
         for i, example in enumerate(examples):
-            messages = build_messages(domain, example, 0, [])
             for _ in range(repeats):
                 for c in order:
-                    _, skip, make_drafter = configurations[c]
-                    _, result = generate_text(target, messages, make_drafter(), generation, skip)
+                    result = runners[c][1](example)
                     tokens[i, c] += result.new_tokens
                     seconds[i, c] += result.wall_time_s
                     bar.update()
@@ -73,7 +90,7 @@ def time_side_by_side(
     rate = tokens.sum(0) / seconds.sum(0)
     draws = np.random.default_rng(seed).integers(0, len(examples), size=(2000, len(examples)))
     rates = tokens[draws].sum(1) / seconds[draws].sum(1)  # [draws, configurations]
-    labels = tuple(label for label, _, _ in configurations)
+    labels = tuple(label for label, _ in runners)
     speedups = {}
     for i, j in itertools.combinations(range(len(labels)), 2):
         low, high = np.percentile(rates[:, j] / rates[:, i], [2.5, 97.5])

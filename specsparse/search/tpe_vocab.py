@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from specsparse.search.base import SearchStrategy, Selection
 from specsparse.types import Candidate, Measurement
 
@@ -96,12 +98,16 @@ class TPEVocabSearch(SearchStrategy):
         self.baseline = Candidate(skip_layers, None)
         self.measured: dict[Candidate, Measurement] = {}
         self.choice: VocabChoice | None = None
+        self._evaluated: dict[int, VocabTrial] = {}
         self._asked = False
 
     # -- phase 1 ---------------------------------------------------------------------------------
     def _evaluate(self, k: int) -> VocabTrial:
-        c, r = float(self.coverage(k)), float(self.latency_reduction(k))
-        return VocabTrial(k, c, r, self.alpha * c + (1.0 - self.alpha) * r)
+        """C(k), R(k) and the objective, each k computed once (TPE re-proposes integers it has seen)."""
+        if k not in self._evaluated:
+            c, r = float(self.coverage(k)), float(self.latency_reduction(k))
+            self._evaluated[k] = VocabTrial(k, c, r, self.alpha * c + (1.0 - self.alpha) * r)
+        return self._evaluated[k]
 
     def optimise(self) -> VocabChoice:
         """Run TPE once (cached) and return the choice."""
@@ -113,8 +119,7 @@ class TPEVocabSearch(SearchStrategy):
 
         def objective(trial: optuna.Trial) -> float:
             k = trial.suggest_int("k", self.k_min, self.k_max, log=True)
-            if k not in by_k:  # TPE re-proposes integers it has seen; evaluate each k once
-                by_k[k] = self._evaluate(k)
+            by_k[k] = self._evaluate(k)
             # Feasible when <= 0. Optuna 5 reads constraints set on the trial (constraints_func is
             # deprecated there); TPE ranks infeasible trials below every feasible one.
             trial.set_constraint("min_coverage", self.min_coverage - by_k[k].coverage)
@@ -140,6 +145,12 @@ class TPEVocabSearch(SearchStrategy):
             chosen.k, chosen.coverage, chosen.latency_reduction, len(trials), self.n_trials,
         )
         return self.choice
+
+    def curve(self, points: int = 64) -> list[VocabTrial]:
+        """C(k) and R(k) on a log-spaced grid of k from k_min to k_max, the chosen k included (the
+        coverage-vs-k figure)."""
+        grid = np.unique(np.geomspace(self.k_min, self.k_max, points).round().astype(int))
+        return [self._evaluate(int(k)) for k in sorted({*grid.tolist(), self.optimise().chosen.k})]
 
     # -- phase 2 ---------------------------------------------------------------------------------
     @property
@@ -176,5 +187,8 @@ class TPEVocabSearch(SearchStrategy):
             "n_trials": choice.n_trials,
             "n_distinct_k": len(choice.trials),
             "trials": [(t.k, t.coverage, t.latency_reduction, t.objective) for t in choice.trials],
+            "alpha": self.alpha,
+            "min_coverage": self.min_coverage,
+            "curve": [(t.k, t.coverage, t.latency_reduction) for t in self.curve()],
         }
         return Selection(self.baseline, selected, feasible=feasible, notes=tuple(notes), info=info)

@@ -44,6 +44,7 @@ from specsparse.serving.router import (
     builtin_prompts,
     load_router,
     make_router,
+    map_routing_prompts,
     prompts_from_jsonl,
     routing_text,
 )
@@ -163,7 +164,7 @@ class Controller:
         config_map: str | os.PathLike = "config_map.yaml",
         drafter: str = "samd",
         dtype: str = "float32",
-        router_examples: str | os.PathLike | None = "builtin",
+        router_examples: str | os.PathLike | None = "map",
         router_kind: str = "tfidf",
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
         vocab_ids: str | os.PathLike | None = None,
@@ -173,7 +174,9 @@ class Controller:
     ) -> Controller:
         """Load the target and the config map, and build the router.
 
-        router_examples: "builtin" (fit on the calibration split of the built-in domains), a saved
+        router_examples: "map" (fit on the calibration prompts the config map records for its domains,
+            the search's own data, plus the built-in calibration prompts of the built-in domains it
+            lacks, so their requests are recognised and served dense), "builtin" (fit on the calibration split of the built-in domains), a saved
             router (.json, see `DomainRouter.save`), a JSONL file of {"domain", "prompt" | "turns"}
             prompts to fit on, or None (tags only; untagged -> dense).
         vocab_ids: JSON file {domain: [token id, ...]} with the trimmed draft vocabularies.
@@ -183,7 +186,7 @@ class Controller:
         factory = drafter_factory(drafter, **(drafter_options or {}))
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype)
-        router = _build_router(router_examples, router_kind, target)
+        router = _build_router(router_examples, router_kind, target, cmap)
         return cls(target, cmap, factory, router, min_confidence, ids, max_prompt_tokens, force_map)
 
     # -- routing ----------------------------------------------------------------------------------
@@ -226,6 +229,7 @@ class Controller:
         domain: str | None = None,
         max_new_tokens: int = 128,
         num_draft_tokens: int = 5,
+        draft_length: str = "fixed",
         temperature: float = 0.0,
         seed: int = 0,
         on_text: Callable[[str], None] | None = None,
@@ -237,7 +241,7 @@ class Controller:
         """
         start = time.perf_counter()
         config = GenerationConfig(max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens,
-                                  temperature=temperature, seed=seed)
+                                  temperature=temperature, seed=seed, draft_length=draft_length)
         prompt_ids = self.encode(prompt, max_new_tokens)
         if domain is not None:
             self.route(prompt, domain)  # an unknown tag fails now, not after waiting for the lock
@@ -359,10 +363,14 @@ def _read_vocab_ids(path: str | os.PathLike) -> dict[str, list[int]]:
     return data
 
 
-def _build_router(examples: str | os.PathLike | None, kind: str, target: LoadedModel) -> DomainRouter | None:
+def _build_router(
+    examples: str | os.PathLike | None, kind: str, target: LoadedModel, cmap: ConfigMap
+) -> DomainRouter | None:
     if examples is None:
         return None
     try:
+        if str(examples) == "map":
+            return make_router(kind, target).fit(map_routing_prompts(cmap))
         if str(examples) == "builtin":
             return make_router(kind, target).fit(builtin_prompts("calibration"))
         if str(examples).endswith(".json"):

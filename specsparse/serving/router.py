@@ -29,6 +29,7 @@ import numpy as np
 from specsparse.serving.prompts import PromptFileError, read_prompt_records
 
 if TYPE_CHECKING:
+    from specsparse.config_map import ConfigMap
     from specsparse.decoding.models import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -275,6 +276,21 @@ def builtin_prompts(
         calibration, test = split_examples(load_examples(domain, "builtin"), seed=seed)
         prompts[domain] = ["\n\n".join(ex.turns) for ex in (calibration if split == "calibration" else test)]
     return prompts
+
+
+def map_routing_prompts(cmap: ConfigMap) -> dict[str, list[str]]:
+    """{domain: prompts} the "map" router fits on: each map domain's recorded calibration prompts
+    (built-in calibration prompts stand in for a domain recorded without them, with a warning), plus
+    the built-in domains the map lacks."""
+    recorded = {name: list(d.routing_prompts) for name, d in cmap.domains.items() if d.routing_prompts}
+    missing = [name for name in cmap.domains if name not in recorded]
+    if missing:
+        log.warning("config map records no routing prompts for %s: the router uses built-in calibration prompts there",
+                    ", ".join(missing))
+    from specsparse.data import DOMAINS  # noqa: PLC0415
+
+    builtin = builtin_prompts("calibration", [d for d in DOMAINS if d not in recorded])
+    return {**builtin, **recorded}
 
 
 def prompts_from_jsonl(path: str | os.PathLike) -> dict[str, list[str]]:

@@ -82,6 +82,7 @@ class ServerSettings:
     default_max_tokens: int = 128
     max_tokens_limit: int = 1024
     num_draft_tokens: int = 5
+    draft_length: str = "fixed"
     api_key: str | None = None  # when set, /v1/* requests need "Authorization: Bearer <api_key>"
     client_timeout_s: float = 30.0  # a client that sends nothing for this long is cut off
 
@@ -276,7 +277,7 @@ class SpecsparseServer(ThreadingHTTPServer):
         try:
             return self.controller.generate(
                 request.prompt, domain=request.domain, max_new_tokens=request.max_tokens,
-                num_draft_tokens=self.settings.num_draft_tokens, temperature=request.temperature, seed=request.seed,
+                num_draft_tokens=self.settings.num_draft_tokens, draft_length=self.settings.draft_length, temperature=request.temperature, seed=request.seed,
                 on_text=on_text,
             )
         except UnknownDomainError as err:

@@ -51,6 +51,46 @@ log = logging.getLogger(__name__)
 TRIAL_CPUS = 0.01  # a trial only dispatches to a worker actor and waits; the actor holds the resources
 
 
+# -- local Rays of drivers that died without shutting them down (kill -9) ----------------------------
+SESSIONS = Path(tempfile.gettempdir()) / "specsparse-ray"  # <driver pid>.json: the local Ray it started
+
+
+def _record_session(session_dir: str) -> Path:
+    SESSIONS.mkdir(parents=True, exist_ok=True)
+    record = SESSIONS / f"{os.getpid()}.json"
+    record.write_text(json.dumps({"session": Path(session_dir).name}))
+    return record
+
+
+def stop_orphaned_local_rays() -> int:
+    """Stop the processes of local Rays whose specsparse driver is gone (killed with -9: nothing ran
+    `ray.shutdown`), found by their session name on the command line. Returns how many were stopped.
+    Every `runner=ray` start calls it; Rays that other programs started are never touched."""
+    import psutil  # noqa: PLC0415 - a Ray dependency
+
+    stopped = 0
+    for record in SESSIONS.glob("*.json") if SESSIONS.is_dir() else ():
+        if not record.stem.isdigit() or psutil.pid_exists(int(record.stem)):
+            continue
+        try:
+            session = json.loads(record.read_text())["session"]
+        except (OSError, ValueError, KeyError):
+            session = None
+        if session:
+            leftovers = [p for p in psutil.process_iter(["cmdline"]) if any(session in a for a in p.info["cmdline"] or ())]
+            for process in leftovers:
+                try:
+                    process.kill()
+                    stopped += 1
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(leftovers, timeout=10)
+        record.unlink(missing_ok=True)
+    if stopped:
+        log.warning("stopped %d process(es) of a local Ray left by a specsparse run that was killed", stopped)
+    return stopped
+
+
 class RayResourceError(ValueError):
     """The requested resources do not exist in the Ray cluster (one-line message)."""
 
@@ -191,6 +231,7 @@ class RayRunner:
         self._own_storage = None if output_dir is not None else base  # removed again by close()
         self.storage_path = (base / "ray_tune").resolve()
         self._started_ray = False
+        self._session_record: Path | None = None  # this driver's local Ray, for `stop_orphaned_local_rays`
         # Tune's default console output (a box and result links per Tuner.fit) would repeat for every
         # batch; the old reporter at verbose=0 prints nothing.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -234,6 +275,7 @@ class RayRunner:
 
         if ray.is_initialized():
             return
+        stop_orphaned_local_rays()
         address = self.address or os.environ.get("RAY_ADDRESS")
         if address:
             log.info("joining the Ray cluster at %s", address)
@@ -252,6 +294,7 @@ class RayRunner:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
+            self._session_record = _record_session(ray._private.worker._global_node.get_session_dir_path())
         self._started_ray = not address
 
     def _fit_workers(self) -> int:
@@ -383,6 +426,9 @@ class RayRunner:
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+            if self._session_record is not None:
+                self._session_record.unlink(missing_ok=True)
+                self._session_record = None
 
     def __enter__(self) -> RayRunner:
         return self

@@ -1,0 +1,103 @@
+"""Corpora of assistant responses: where a trimmed draft vocabulary's token frequencies come from.
+
+The vocabulary paper counts tokens in the assistant responses of the drafter's training data. A job's
+`vocab_corpus` lists its sources, all counted together:
+
+- "dense_outputs": the dense target's own greedy replies to the calibration prompts (the default,
+  with "builtin": the tokens the target actually emits);
+- "references": the calibration split's reference answers;
+- "builtin": the references of every built-in set, except the examples of the job's own test split;
+  "builtin:<domain>" those of one built-in set (a corpus of one domain, for in- vs out-of-domain
+  comparisons);
+- a path to a .jsonl file or to a folder saved by `datasets` (`Dataset.save_to_disk`), or
+  "hf:<dataset id>[:<split>]" for `datasets.load_dataset` (the Hub, or its local cache offline).
+  Records give their text as "response", as assistant turns of "messages" / "conversations"
+  ({role, content} or ShareGPT's {from, value}), or as "text".
+
+Nothing from a job's test split enters the first three. A file or dataset is the user's: keep the
+test prompts' answers out of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specsparse.data.examples import DOMAINS
+from specsparse.data.sources import load_examples
+from specsparse.util import read_jsonl
+
+KEYWORDS = ("dense_outputs", "references", "builtin")
+ASSISTANT_ROLES = ("assistant", "gpt", "model")
+
+
+def record_responses(record: Mapping[str, Any]) -> list[str]:
+    """The assistant text of one corpus record (see the module docstring); [] when it has none."""
+    if not isinstance(record, Mapping):
+        return []
+    if isinstance(record.get("response"), str):
+        return [record["response"]]
+    for key in ("messages", "conversations"):
+        turns = record.get(key)
+        if isinstance(turns, list):
+            return [
+                str(turn.get("content", turn.get("value", "")))
+                for turn in turns
+                if isinstance(turn, Mapping) and turn.get("role", turn.get("from")) in ASSISTANT_ROLES
+            ]
+    if isinstance(record.get("text"), str):
+        return [record["text"]]
+    return []
+
+
+def load_responses(entry: str) -> list[str]:
+    """Assistant texts of a file, saved dataset folder or "hf:" dataset entry (an absolute path)."""
+    records: Iterable[Mapping[str, Any]]
+    if entry.startswith("hf:"):
+        import datasets  # noqa: PLC0415
+
+        name, _, split = entry[3:].partition(":")
+        records = datasets.load_dataset(name, split=split or "train")
+    elif Path(entry).is_dir():
+        import datasets  # noqa: PLC0415
+
+        records = datasets.load_from_disk(entry)
+        if isinstance(records, datasets.DatasetDict):
+            raise ValueError(f"vocab_corpus {entry}: a dataset with splits {list(records)}; save one split")
+    else:
+        records = [record for _, record in read_jsonl(entry)]
+    texts = [text for record in records for text in record_responses(record)]
+    if not texts:
+        raise ValueError(
+            f"vocab_corpus {entry}: no assistant text found; give records a 'response', 'messages' "
+            "(assistant turns), 'conversations' or 'text' field"
+        )
+    return texts
+
+
+def is_keyword(entry: str) -> bool:
+    return entry in KEYWORDS or (entry.startswith("builtin:") and entry[len("builtin:"):] in DOMAINS)
+
+
+def corpus_domains(entries: Sequence[str], job_domain: str) -> set[str] | None:
+    """The domains whose texts a corpus holds; None when a file or dataset makes it unknown."""
+    domains: set[str] = set()
+    for entry in entries:
+        if entry in ("dense_outputs", "references"):
+            domains.add(job_domain)
+        elif entry == "builtin":
+            domains.update(DOMAINS)
+        elif entry.startswith("builtin:"):
+            domains.add(entry[len("builtin:"):])
+        else:
+            return None
+    return domains
+
+
+def builtin_responses(entry: str, exclude_ids: Sequence[str] = ()) -> list[str]:
+    """The first reference of every example of the built-in sets `entry` names ("builtin" or
+    "builtin:<domain>"), except the excluded ids."""
+    names = list(DOMAINS) if entry == "builtin" else [entry[len("builtin:"):]]
+    excluded = set(exclude_ids)
+    return [ex.references[0] for name in names for ex in load_examples(name) if ex.references and ex.id not in excluded]

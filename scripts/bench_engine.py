@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip", default="8,12,16,20", help="4-layer skip set for the sparse target")
     parser.add_argument("--self-skip", default="6-23", help="draft skip set of the self_skip drafter (a-b range)")
+    parser.add_argument("--skip-methods", default="", help="comma-separated methods to leave out (e.g. ours_self_skip)")
     parser.add_argument("--output", default="outputs/bench_engine.json")
     args = parser.parse_args()
 
@@ -104,10 +105,15 @@ def main() -> None:
         "ours_samd_adaptive": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)),
                                    config=adaptive),
         "ours_recycling": ours(lambda: TokenRecyclingDrafter(vocab)),
+        "ours_pld_tree": ours(lambda: PromptLookupDrafter(max_ngram_size=3, branches=2)),
+        "ours_recycling_tree": ours(lambda: TokenRecyclingDrafter(vocab, tree=(2,))),
+        "ours_samd_tree": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab, tree=(2,)))),
         "ours_self_skip": ours(lambda: SelfSkipDrafter(model, skip_layers=range(lo, hi + 1))),
         f"ours_dense_skip{len(skip)}": ours(None, skip),
         f"ours_samd_skip{len(skip)}": ours(lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)), skip),
     }
+    for name in filter(None, args.skip_methods.split(",")):
+        methods.pop(name)
     for _, ids in prompts[:1]:  # warm-up
         for run in methods.values():
             run(ids)
@@ -140,7 +146,9 @@ def main() -> None:
         return statistics.median(per_repeat[name])
 
     def ratio(name, over):
-        """Median over repeats of the per-repeat ratio, with its range over repeats."""
+        """Median over repeats of the per-repeat ratio, with its range over repeats (None: a method left out)."""
+        if name not in per_repeat or over not in per_repeat:
+            return None
         per = [a / b for a, b in zip(per_repeat[name], per_repeat[over], strict=True)]
         return [statistics.median(per), min(per), max(per)]
 
@@ -160,17 +168,22 @@ def main() -> None:
         "ours_pld_adaptive / hf_prompt_lookup": ratio("ours_pld_adaptive", "hf_prompt_lookup"),
         "ours_pld_adaptive / ours_pld": ratio("ours_pld_adaptive", "ours_pld"),
         "ours_samd / hf_greedy": ratio("ours_samd", "hf_greedy"),
+        "ours_pld_tree / ours_pld": ratio("ours_pld_tree", "ours_pld"),
+        "ours_recycling_tree / ours_recycling": ratio("ours_recycling_tree", "ours_recycling"),
+        "ours_samd_tree / ours_samd": ratio("ours_samd_tree", "ours_samd"),
         "ours_samd_adaptive / hf_prompt_lookup": ratio("ours_samd_adaptive", "hf_prompt_lookup"),
         f"ours_dense_skip{len(skip)} / ours_dense": ratio(f"ours_dense_skip{len(skip)}", "ours_dense"),
         "engine wall / model forwards (dense)": [statistics.median(overhead), min(overhead), max(overhead)],
     }
+    ratios = {k: v for k, v in ratios.items() if v is not None}
     identical = {
         "ours_dense == hf_greedy": outputs["ours_dense"] == outputs["hf_greedy"],
         "ours_pld == hf_prompt_lookup": outputs["ours_pld"] == outputs["hf_prompt_lookup"],
         "ours_pld_adaptive == hf_prompt_lookup": outputs["ours_pld_adaptive"] == outputs["hf_prompt_lookup"],
         "all our dense-target drafters == ours_dense": all(
             outputs[n] == outputs["ours_dense"]
-            for n in ("ours_pld", "ours_pld_adaptive", "ours_samd", "ours_samd_adaptive", "ours_recycling", "ours_self_skip")
+            for n in ("ours_pld", "ours_pld_adaptive", "ours_samd", "ours_samd_adaptive", "ours_recycling",
+                      "ours_pld_tree", "ours_recycling_tree", "ours_samd_tree", "ours_self_skip") if n in outputs
         ),
         f"ours_samd_skip{len(skip)} == ours_dense_skip{len(skip)}": outputs[f"ours_samd_skip{len(skip)}"] == outputs[f"ours_dense_skip{len(skip)}"],
     }

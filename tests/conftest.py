@@ -95,8 +95,11 @@ def make_drafter(name, models, num_layers, draft_skip):
     vocab = target.config.vocab_size
     return {
         "pld": lambda: PromptLookupDrafter(),
+        "pld_tree": lambda: PromptLookupDrafter(branches=3),
         "samd": lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab)),
+        "samd_tree": lambda: SuffixAutomatonDrafter(min_match=2, fallback=TokenRecyclingDrafter(vocab, tree=(3, 2))),
         "recycling": lambda: TokenRecyclingDrafter(vocab),
+        "recycling_tree": lambda: TokenRecyclingDrafter(vocab, tree=(4, 2, 2)),
         "self_skip": lambda: SelfSkipDrafter(target, skip_layers=draft_skip),
         "draft_model": lambda: DraftModelDrafter(models[1], target_vocab_size=vocab),
         "draft_model_trimmed": lambda: DraftModelDrafter(models[1], vocab_ids=range(0, vocab, 3)),
@@ -104,3 +107,4 @@ def make_drafter(name, models, num_layers, draft_skip):
 
 
 DRAFTERS = ["pld", "samd", "recycling", "self_skip", "draft_model", "draft_model_trimmed"]
+TREE_DRAFTERS = ["pld_tree", "samd_tree", "recycling_tree"]  # greedy only

@@ -1,17 +1,20 @@
 """The speculative engine is lossless (greedy) and unbiased (sampling), for every drafter."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
-from conftest import DRAFTERS, NUM_LAYERS, make_drafter, skip_sets
+from conftest import DRAFTERS, NUM_LAYERS, TREE_DRAFTERS, make_drafter, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.decoding.engine import AdaptiveDraftLength, speculative_generate
+from specsparse.decoding.engine import AdaptiveDraftLength, greedy_accept, speculative_generate
 from specsparse.decoding.models import tiny_model
+from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import skipper_for
-from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter
+from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter, TokenRecyclingDrafter
+from specsparse.drafters.base import tree_from_branches
 from specsparse.drafters.pld import PromptLookupDrafter
 from specsparse.types import GenerationConfig
 
@@ -45,9 +48,9 @@ def assert_same_up_to_near_tie(output, reference, gaps):
 prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p * 2)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    drafter=st.sampled_from(DRAFTERS),
+    drafter=st.sampled_from(DRAFTERS + TREE_DRAFTERS),
     skip=skip_sets(NUM_LAYERS),
     draft_skip=skip_sets(NUM_LAYERS),
     k=st.integers(1, 6),
@@ -210,3 +213,89 @@ def test_sampling_follows_the_target_distribution(drafter_kind):
     z = 3.29
     critical = dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
     assert chi2 < critical, f"chi2={chi2:.1f} over dof={dof} (critical {critical:.1f}): samples do not follow the target"
+
+
+# -- tree drafts -------------------------------------------------------------------------------------
+trees = st.integers(1, 9).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(0, 50), min_size=n, max_size=n),
+    st.tuples(*[st.integers(-1, i - 1) for i in range(n)]),
+))
+
+
+@settings(max_examples=30, deadline=None)
+@given(tree=trees, skip=skip_sets(NUM_LAYERS), prompt=prompts)
+def test_a_tree_forward_equals_each_branch_run_as_a_chain(models, tree, skip, prompt):
+    """Tree attention: every node's logits equal those of its root-to-node path run as a chain; and
+    after keeping one path, the cache continues exactly as if only that path had been run."""
+    target = models[0]
+    tokens, parents = tree
+    with torch.inference_mode():
+        session = ModelSession(target, skip)
+        session.prefill(prompt[:-1])
+        start = session.length
+        inputs = [prompt[-1], *tokens]
+        input_parents = (-1, *(p + 1 for p in parents))
+        logits = session.forward(inputs, input_parents)
+        paths = []
+        for node in range(len(inputs)):
+            path = [node]
+            while input_parents[path[-1]] >= 0:
+                path.append(input_parents[path[-1]])
+            paths.append(path[::-1])
+            chain = ModelSession(target, skip)
+            chain.prefill(prompt[:-1])
+            expected = chain.forward([inputs[i] for i in paths[-1]])[-1]
+            torch.testing.assert_close(logits[node], expected, rtol=1e-4, atol=1e-4)
+        deepest = max(paths, key=len)
+        session.keep(start, deepest)
+        chain = ModelSession(target, skip)
+        chain.prefill(prompt[:-1] + [inputs[i] for i in deepest])
+        torch.testing.assert_close(session.forward([7]), chain.forward([7]), rtol=1e-4, atol=1e-4)
+
+
+def test_greedy_acceptance_follows_the_predicted_branch():
+    # tree: 0:a(root) 1:b(root) 2:c(after a) 3:d(after b) 4:e(after d)
+    draft, parents = [10, 11, 12, 13, 14], (-1, -1, 0, 1, 3)
+    # inputs: [last, a, b, c, d, e]; the target predicts b after last, d after b, e after d, 99 after e
+    predicted = [11, 0, 13, 0, 14, 99]
+    assert greedy_accept(draft, predicted, parents) == ([11, 13, 14, 99], [0, 2, 4, 5])
+    assert greedy_accept(draft, [12] + [0] * 5, parents) == ([12], [0])
+    assert greedy_accept([10, 11], [10, 11, 5]) == ([10, 11, 5], [0, 1, 2])  # a chain
+
+
+def test_tree_proposals_trim_by_depth_and_merge_shared_prefixes():
+    tree = tree_from_branches([[1, 2, 3], [1, 2, 4], [5]])
+    assert (tree.tokens, tree.parents) == ([1, 2, 3, 4, 5], (-1, 0, 1, 1, -1))
+    assert tree.depths() == [1, 2, 3, 3, 1]
+    assert (tree.within(2).tokens, tree.within(2).parents) == ([1, 2, 5], (-1, 0, -1))
+    assert tree_from_branches([[1, 2], [1, 2]]).parents is None  # one path is a chain
+
+
+class FixedTreeDrafter(PromptLookupDrafter):
+    """Always the same two-branch tree."""
+
+    def propose(self, k):
+        return tree_from_branches([[1, 2, 3][:k], [4, 5][:k]])
+
+
+def test_tree_drafts_need_greedy_decoding(models):
+    config = GenerationConfig(max_new_tokens=12, num_draft_tokens=3, stop_on_eos=False)
+    prompt = [3, 1, 4, 1, 5]
+    greedy = speculative_generate(models[0], prompt, FixedTreeDrafter(), config)
+    assert greedy.new_token_ids == speculative_generate(models[0], prompt, None, config).new_token_ids
+    assert greedy.verified_lengths[0] == 6  # 5 tree tokens and the last committed one (fewer near the budget)
+    with pytest.raises(ValueError, match="temperature 0"):
+        speculative_generate(models[0], prompt, FixedTreeDrafter(), replace(config, temperature=0.8))
+
+
+def test_a_tree_verifies_more_inputs_and_keeps_the_output(models):
+    """Token Recycling with a static tree accepts at least as much per step as its top-1 chain on a
+    repetitive prompt, and both give the target's greedy output."""
+    target, vocab = models[0], models[0].config.vocab_size
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5] * 3
+    config = GenerationConfig(max_new_tokens=30, num_draft_tokens=4, stop_on_eos=False)
+    chain = speculative_generate(target, prompt, TokenRecyclingDrafter(vocab), config)
+    tree = speculative_generate(target, prompt, TokenRecyclingDrafter(vocab, tree=(4, 2)), config)
+    assert tree.new_token_ids == chain.new_token_ids
+    assert max(tree.verified_lengths) > max(chain.verified_lengths)
+    assert tree.mean_accept_length >= chain.mean_accept_length

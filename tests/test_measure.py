@@ -9,7 +9,7 @@ import pytest
 from specsparse.data import build_messages, get_domain, load_examples
 from specsparse.data.corpus import builtin_responses
 from specsparse.decoding.generation import generate_text
-from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
+from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, MeasureSpec
 from specsparse.measuring.measure import EarlyReject, layer_flops_fraction, measure
 from specsparse.types import Candidate, Component, GenerationConfig
@@ -148,3 +148,13 @@ def test_builtin_corpus_leaves_out_the_jobs_test_split(spec):
     assert Counter(builtin_responses("builtin")) - Counter(ex.references[0] for ex in test) == texts
     assert set(ex.references[0] for ex in evaluator.examples) <= set(texts)
     assert set(builtin_responses("builtin:math")) < set(texts)
+
+
+def test_tree_drafts_of_a_logit_reading_drafter_are_measured_by_the_engine(tiny):
+    """Replay mode hands recycling trees to the engine (lockstep batches take chains): the same
+    numbers as engine mode."""
+    domain, examples = get_domain("summarization"), load_examples("summarization", limit=2)
+    make = lambda: TokenRecyclingDrafter(tiny.model.config.vocab_size, tree=(2, 2))  # noqa: E731
+    replayed = measure(tiny, domain, examples, make, (1,), CONFIG, progress=False)
+    engine = measure(tiny, domain, examples, make, (1,), CONFIG, mode="engine", progress=False)
+    assert (replayed.accept_length, replayed.verified_tokens) == (engine.accept_length, engine.verified_tokens)

@@ -64,3 +64,17 @@ def test_sparse_target_stays_lossless_with_a_drafter(smollm, summarization_promp
     sparse = speculative_generate(smollm.model, ids, None, config, skip, smollm.eos_token_ids)
     with_drafter = speculative_generate(smollm.model, ids, SuffixAutomatonDrafter.from_target(smollm), config, skip, smollm.eos_token_ids)
     assert with_drafter.new_token_ids == sparse.new_token_ids
+
+
+@pytest.mark.parametrize("skip", [(), (0, 7, 15, 29)])
+def test_tree_drafts_are_lossless_on_the_real_model(smollm, summarization_prompts, skip):
+    """SmolLM2 fp32: lookup trees, and SAM-Decoding with a Token Recycling tree, commit the target's
+    own greedy output, dense and with layer 0 skipped."""
+    config = GenerationConfig(max_new_tokens=24, num_draft_tokens=4)
+    ids = summarization_prompts[0]
+    plain = speculative_generate(smollm.model, ids, None, config, skip, smollm.eos_token_ids)
+    for make in (lambda: PromptLookupDrafter(branches=3),
+                 lambda: SuffixAutomatonDrafter.from_target(smollm, recycling_tree=[3, 2])):
+        tree = speculative_generate(smollm.model, ids, make(), config, skip, smollm.eos_token_ids)
+        assert tree.new_token_ids == plain.new_token_ids
+        assert sum(tree.accept_lengths) == tree.new_tokens

@@ -3,7 +3,7 @@ lockstep batched verification give the engine's outputs and per-step accept and 
 
 import pytest
 import torch
-from conftest import DRAFTERS, NUM_LAYERS, make_drafter, skip_sets
+from conftest import DRAFTERS, NUM_LAYERS, TREE_DRAFTERS, make_drafter, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,9 +26,9 @@ def steps(result):
     return result.new_token_ids, result.accept_lengths, result.verified_lengths
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
-    drafter=st.sampled_from(DRAFTERS),
+    drafter=st.sampled_from(DRAFTERS + TREE_DRAFTERS),
     skip=skip_sets(NUM_LAYERS),
     draft_skip=skip_sets(NUM_LAYERS),
     k=st.integers(1, 6),
@@ -42,20 +42,24 @@ def test_batched_measurement_equals_the_engine_step_for_step(
     models, drafter, skip, draft_skip, k, prompts, max_new, batch_size, eos, draft_length
 ):
     """Every drafter: replay when it is replayable, lockstep verification otherwise; both against the
-    engine run prompt by prompt with a fresh drafter each. The tiny models' logits have no near-ties."""
+    engine run prompt by prompt with a fresh drafter each. Tree drafts replay, but lockstep refuses
+    them (the engine measures those). The tiny models' logits have no near-ties."""
     target = models[0]
     config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=k, draft_length=draft_length)
     new_drafter = lambda: make_drafter(drafter, models, NUM_LAYERS, draft_skip)  # noqa: E731
     expected = [steps(r) for r in engine_runs(target, prompts, new_drafter, config, skip, eos)]
-    lockstep = generate_batch(target, prompts, [new_drafter() for _ in prompts], config, skip, eos, batch_size)
-    assert [steps(r) for r in lockstep] == expected
+    try:
+        lockstep = generate_batch(target, prompts, [new_drafter() for _ in prompts], config, skip, eos, batch_size)
+        assert [steps(r) for r in lockstep] == expected
+    except ValueError as err:
+        assert drafter in TREE_DRAFTERS and "measure.mode=engine" in str(err)
     prototype = new_drafter()
     if prototype.replayable:
         greedy = [r.new_token_ids for r in generate_batch(target, prompts, None, config, skip, eos, batch_size)]
         replayed = replay(prototype.replay_drafters(prompts, greedy, batch_size), prompts, greedy, config, eos)
         assert [steps(r) for r in replayed] == expected
-    else:
-        assert drafter in ("samd", "recycling")  # they learn from the target's logits at rejected drafts
+    else:  # they learn from the target's logits at rejected drafts
+        assert drafter in ("samd", "recycling", "samd_tree", "recycling_tree")
 
 
 def test_replay_rejects_a_continuation_from_other_stopping_rules(models):
@@ -130,3 +134,28 @@ def test_batched_forward_equals_single_sequence_logits(tiny):
         for row, tokens in rows.items():
             alone = ModelSession(tiny.model, (0, 2)).forward(tokens)
             torch.testing.assert_close(batched[row], alone, rtol=1e-4, atol=1e-4)
+
+
+class CountingTreeLookup(PromptLookupDrafter):
+    """Prompt lookup drafting trees, counting the steps that drafted one."""
+
+    trees = 0
+
+    def propose(self, k):
+        proposal = super().propose(k)
+        CountingTreeLookup.trees += proposal.parents is not None
+        return proposal
+
+
+@settings(max_examples=25, deadline=None)
+@given(tail=st.lists(st.integers(0, 20), min_size=0, max_size=12), skip=skip_sets(NUM_LAYERS), k=st.integers(2, 6))
+def test_replay_of_tree_drafts_equals_the_engine(models, tail, skip, k):
+    """Prompts whose last n-grams first occur at different places, so lookup drafts a tree at once."""
+    prompt = [2, 3, 5, 1, 2, 3, 9, *tail, 1, 2, 3]
+    config = GenerationConfig(max_new_tokens=16, num_draft_tokens=k, stop_on_eos=False)
+    CountingTreeLookup.trees = 0
+    [engine] = engine_runs(models[0], [prompt], lambda: CountingTreeLookup(branches=3), config, skip)
+    assert CountingTreeLookup.trees > 0
+    greedy = [r.new_token_ids for r in generate_batch(models[0], [prompt], None, config, skip)]
+    [replayed] = replay([CountingTreeLookup(branches=3)], [prompt], greedy, config)
+    assert steps(replayed) == steps(engine)

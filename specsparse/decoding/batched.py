@@ -76,6 +76,9 @@ def generate_batch(
         start(list(range(batch_size)))
         while slots:
             chunks = {row: request.draft() for row, (_, request) in slots.items()}
+            if any(request.input_parents is not None for _, request in slots.values()):
+                raise ValueError("lockstep verification takes chain drafts; a tree-drafting drafter that reads "
+                                 "the target's logits is measured by the engine: use measure.mode=engine")
             logits = session.forward(chunks, all_rows=len(slots) * 2 > batch_size)
             finished = []
             for row, (index, request) in slots.items():

@@ -22,13 +22,28 @@ from specsparse.drafters.base import Drafter, Proposal
 from specsparse.types import GenerationConfig, GenerationResult
 
 
-def greedy_accept(draft: list[int], predicted: list[int]) -> list[int]:
-    """Accepted drafts followed by the bonus token. predicted: the target's greedy token after each of
-    the inputs [last, *draft] (n+1 tokens; the argmax of its logits)."""
-    accepted = 0
-    while accepted < len(draft) and draft[accepted] == predicted[accepted]:
-        accepted += 1
-    return draft[:accepted] + [predicted[accepted]]
+def greedy_accept(
+    draft: list[int], predicted: list[int], parents: tuple[int, ...] | None = None
+) -> tuple[list[int], list[int]]:
+    """(accepted drafts followed by the bonus token, the target inputs they came from).
+
+    predicted: the target's greedy token after each of the inputs [last, *draft] (the argmax of its
+    logits). A chain accepts its longest prefix equal to the predictions; a tree (`parents`, see
+    `Proposal`) follows from the root the child that equals the prediction, as long as there is one.
+    The inputs are indices into [last, *draft]: 0, then the accepted drafts' (a chain: 0..m-1)."""
+    path = [0]
+    committed = []
+    while True:
+        token = predicted[path[-1]]
+        committed.append(token)
+        node = path[-1] - 1  # the draft index of the current input (-1: the root)
+        if parents is None:
+            child = node + 1 if node + 1 < len(draft) and draft[node + 1] == token else None
+        else:
+            child = next((i for i in range(node + 1, len(draft)) if parents[i] == node and draft[i] == token), None)
+        if child is None:
+            return committed, path
+        path.append(child + 1)
 
 
 def sampling_accept(
@@ -116,6 +131,7 @@ class Request:
         self.done = False
         self._proposal = Proposal([])
         self._verified_ids: list[int] = []
+        self.kept_inputs: list[int] = []  # after commit: the verified inputs whose cache entries stay
         self.draft_length = (
             AdaptiveDraftLength(config.verify_cost_per_token) if config.draft_length == "adaptive" else None
         )
@@ -130,12 +146,20 @@ class Request:
             budget = min(budget, self.draft_length.length(self.config.num_draft_tokens))
         drafter = self.drafter
         proposal = drafter.propose(budget) if drafter is not None and budget > 0 else Proposal([])
-        if len(proposal.tokens) > budget:
-            probs = None if proposal.probs is None else proposal.probs[:budget]
-            proposal = Proposal(proposal.tokens[:budget], probs)
+        if proposal.parents is not None and self.generator is not None:
+            raise ValueError(f"drafter {drafter.name!r} drafts trees, which verify greedily only: use temperature 0")
+        if len(proposal.tokens) > budget or proposal.parents is not None:
+            proposal = proposal.within(budget)
         self._proposal = proposal
         self._verified_ids = [self.last, *proposal.tokens]
         return list(self._verified_ids)
+
+    @property
+    def input_parents(self) -> tuple[int, ...] | None:
+        """For a tree draft, the parent of each target input of `draft()` (-1 for the first, the last
+        committed token); None for a chain."""
+        parents = self._proposal.parents
+        return None if parents is None else (-1, *(p + 1 for p in parents))
 
     def commit(self, logits: torch.Tensor | None, predicted: list[int] | None = None) -> list[int]:
         """Accept from the target's logits [n+1, vocab] for the last `draft()`; return the committed tokens.
@@ -145,12 +169,15 @@ class Request:
         """
         proposal = self._proposal
         if self.generator is None:
-            committed = greedy_accept(proposal.tokens, logits.argmax(dim=-1).tolist() if predicted is None else predicted)
+            predicted = logits.argmax(dim=-1).tolist() if predicted is None else predicted
+            committed, self.kept_inputs = greedy_accept(proposal.tokens, predicted, proposal.parents)
         else:
             committed = sampling_accept(proposal, logits, self.config.temperature, self.generator)
+            self.kept_inputs = list(range(len(committed)))
         stop_at = next((i for i, token in enumerate(committed) if token in self.eos), None)
         if stop_at is not None:
             committed = committed[: stop_at + 1]
+            self.kept_inputs = self.kept_inputs[: stop_at + 1]
         self.new_tokens.extend(committed)
         self.accept_lengths.append(len(committed))
         self.verified_lengths.append(len(proposal.tokens) + 1)
@@ -201,11 +228,11 @@ def speculative_generate(
             verified_ids = request.draft()
             tock = time.perf_counter()
             draft_time += tock - tick
-            logits = session.forward(verified_ids)
+            logits = session.forward(verified_ids, request.input_parents)
             verify_time += time.perf_counter() - tock
             committed = request.commit(logits)
             # Keep [last, accepted drafts] in the cache; the bonus token becomes the next `last`.
-            session.rollback(session.length - len(verified_ids) + len(committed))
+            session.keep(session.length - len(verified_ids), request.kept_inputs)
             if on_step is not None:
                 on_step(committed)
     return request.result(

@@ -45,14 +45,44 @@ class ModelSession:
         self.length = 0  # positions held in the cache
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
 
-    def hidden_states(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Run `token_ids` [n] after the cached context; return final-norm hidden states [n, hidden]."""
-        ids = torch.tensor([list(token_ids)], device=self.model.device)
-        positions = torch.arange(self.length, self.length + len(token_ids), device=self.model.device).unsqueeze(0)
+    def hidden_states(self, token_ids: Sequence[int], parents: Sequence[int] | None = None) -> torch.Tensor:
+        """Run `token_ids` [n] after the cached context; return final-norm hidden states [n, hidden].
+
+        parents: for a token tree, the index of each token's parent among `token_ids` (-1: the
+        cached context). Each token then sits at the position after its parent and attends to the
+        context and its own ancestors only (a tree attention mask)."""
+        device = self.model.device
+        ids = torch.tensor([list(token_ids)], device=device)
+        mask = None
+        if parents is None:
+            positions = torch.arange(self.length, self.length + len(token_ids), device=device).unsqueeze(0)
+        else:
+            positions, mask = self._tree_inputs(parents)
         with self.skipper.skipping(self.skip_layers):
-            out = self.skipper.base(input_ids=ids, cache=self.cache, position_ids=positions, use_cache=True)
+            out = self.skipper.base(input_ids=ids, attention_mask=mask, cache=self.cache, position_ids=positions,
+                                    use_cache=True)
         self.length += len(token_ids)
         return out.last_hidden_state[0]
+
+    def _tree_inputs(self, parents: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Position ids [1, n] and the attention mask [1, 1, n, context + n] of a token tree."""
+        if self.cache.has_sliding_layers:
+            raise ValueError("tree drafts need a model without sliding-window layers: use a chain drafter")
+        n = len(parents)
+        sees = torch.eye(n, dtype=torch.bool)
+        depth = [0] * n
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                if parent >= i:
+                    raise ValueError(f"tree parents must come first: token {i} has parent {parent}")
+                sees[i] |= sees[parent]
+                depth[i] = depth[parent] + 1
+        visible = torch.cat([torch.ones(n, self.length, dtype=torch.bool), sees], dim=1)[None, None]
+        if getattr(self.model.config, "_attn_implementation", "sdpa") == "eager":  # eager adds the mask to the scores
+            dtype = self.model.dtype
+            visible = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+        positions = (self.length + torch.tensor(depth)).unsqueeze(0)
+        return positions.to(self.model.device), visible.to(self.model.device)
 
     def logits(self, hidden: torch.Tensor, head_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Float logits [n, vocab'] from hidden [n, hidden]; `head_weight` [vocab', hidden] trims the head."""
@@ -62,9 +92,10 @@ class ModelSession:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
-    def forward(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Full-vocabulary logits [n, vocab] for `token_ids` [n] after the cached context."""
-        return self.logits(self.hidden_states(token_ids))
+    def forward(self, token_ids: Sequence[int], parents: Sequence[int] | None = None) -> torch.Tensor:
+        """Full-vocabulary logits [n, vocab] for `token_ids` [n] (a chain, or a tree: `parents`) after
+        the cached context."""
+        return self.logits(self.hidden_states(token_ids, parents))
 
     def prefill(self, token_ids: Sequence[int]) -> None:
         """Fill the cache with `token_ids` (no logits are computed)."""
@@ -75,6 +106,14 @@ class ModelSession:
         """Keep only the first `length` cached positions."""
         self.cache.crop_to(length)
         self.length = min(self.length, length)
+
+    def keep(self, start: int, kept: Sequence[int]) -> None:
+        """After a forward of inputs from position `start` on: keep the inputs `kept` (offsets from
+        `start`, increasing), moved to `start`, `start` + 1, ...; drop the rest. For a chain `kept`
+        is 0..m-1 and this is a rollback; for a tree, the accepted path is compacted."""
+        if list(kept) != list(range(len(kept))):
+            self.cache.compact(start, kept)
+        self.rollback(start + len(kept))
 
 
 class RowCache:

@@ -11,7 +11,7 @@ is garbage. `SkipAwareCache` answers those questions from the first *kept* layer
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -133,6 +133,16 @@ class GrowingLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
+    def compact(self, start: int, kept: Sequence[int]) -> None:
+        """Move positions start + kept[j] to start + j (kept increasing, so no source is overwritten
+        before it is read)."""
+        if not self.is_initialized:
+            return
+        source = torch.tensor([start + i for i in kept], device=self._key_buffer.device)
+        target = slice(start, start + len(kept))
+        self._key_buffer[:, :, target] = self._key_buffer[:, :, source]
+        self._value_buffer[:, :, target] = self._value_buffer[:, :, source]
+
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove == 0 or not self.is_initialized:
             return
@@ -176,6 +186,15 @@ class SkipAwareCache(DynamicCache):
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
         return self.get_seq_length(layer_idx)
+
+    @property
+    def has_sliding_layers(self) -> bool:
+        return any(layer.is_sliding for layer in self.layers)
+
+    def compact(self, start: int, kept: Sequence[int]) -> None:
+        """Keep the positions start + kept[j] at start + j in every layer (a tree's accepted path)."""
+        for layer in self.layers:
+            layer.compact(start, kept)
 
     def crop_to(self, length: int) -> None:
         """Roll back to the first `length` positions. Skipped layers hold nothing and are left alone;

@@ -32,13 +32,57 @@ if TYPE_CHECKING:
 class Proposal:
     """Draft tokens, and (for sampling) the drafter's distribution at each drafted position.
 
-    tokens: list of n <= k token ids (n may be 0: the engine then runs plain decoding for one step).
+    tokens: list of n token ids (n may be 0: the engine then runs plain decoding for one step).
     probs: [n, vocab] float tensor of the draft distributions q_i the tokens were drawn from,
         or None for deterministic drafters (treated as one-hot at each token).
+    parents: None for a chain (token i follows token i - 1). For a tree draft, parents[i] is the
+        index of the token that tokens[i] follows, -1 for the last committed token; parents come
+        first (parents[i] < i). A chain is at most k tokens long; a tree at most k deep.
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+    parents: tuple[int, ...] | None = None
+
+    def depths(self) -> list[int]:
+        """Depth of every token: 1 for a child of the last committed token."""
+        if self.parents is None:
+            return list(range(1, len(self.tokens) + 1))
+        depths: list[int] = []
+        for parent in self.parents:
+            depths.append(1 if parent < 0 else depths[parent] + 1)
+        return depths
+
+    def within(self, depth: int) -> Proposal:
+        """The tokens at most `depth` deep (a tree's kept tokens stay in order, parents renumbered)."""
+        if self.parents is None:
+            return Proposal(self.tokens[:depth], None if self.probs is None else self.probs[:depth])
+        kept = [i for i, d in enumerate(self.depths()) if d <= depth]
+        index = {old: new for new, old in enumerate(kept)}
+        return Proposal([self.tokens[i] for i in kept], None if self.probs is None else self.probs[kept],
+                        tuple(index.get(self.parents[i], -1) for i in kept))
+
+
+def tree_from_branches(branches: Sequence[Sequence[int]]) -> Proposal:
+    """The trie of several drafted continuations: shared prefixes become one path. One branch gives
+    a chain (parents None)."""
+    branches = [list(b) for b in branches if b]
+    if len(branches) <= 1:
+        return Proposal(branches[0] if branches else [])
+    tokens: list[int] = []
+    parents: list[int] = []
+    children: dict[tuple[int, int], int] = {}  # (parent index, token) -> index
+    for branch in branches:
+        parent = -1
+        for token in branch:
+            if (parent, token) not in children:
+                children[(parent, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(parent)
+            parent = children[(parent, token)]
+    if parents == list(range(-1, len(tokens) - 1)):  # the branches were one path
+        return Proposal(tokens)
+    return Proposal(tokens, parents=tuple(parents))
 
 
 class Drafter:
@@ -49,6 +93,9 @@ class Drafter:
     # from the target's logits at every verified input, rejected drafts included (replay cannot know
     # those), or that sample: they are measured by lockstep batched verification instead.
     replayable: bool = True
+    # Proposals may be trees (`Proposal.parents`): greedy verification only, and the engine measures
+    # them when the drafter is not replayable (lockstep batches take chains).
+    drafts_trees: bool = False
 
     @classmethod
     def from_target(cls, target: LoadedModel, vocab_ids: list[int] | None = None, **options) -> Drafter:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from specsparse.drafters.base import Drafter, Proposal
@@ -14,6 +16,9 @@ class TokenRecyclingDrafter(Drafter):
     (-1 = never seen). Every verification step refreshes the rows of all verified inputs at once.
     `propose` follows the top-1 successor from the last context token. The matrix persists across
     requests (that is the point of recycling); only `reset()` clears it.
+
+    tree: a static draft tree, as the paper drafts (e.g. [3, 2]): the root's top-3 successors, each
+    with its top-2, then top-1 chains to depth k; None drafts the top-1 chain.
     """
 
     name = "recycling"
@@ -25,13 +30,20 @@ class TokenRecyclingDrafter(Drafter):
             super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         return cls(vocab_size=target.model.config.vocab_size, **options)
 
-    def __init__(self, vocab_size: int, top_k: int = 8) -> None:
+    def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None) -> None:
         if vocab_size < 1 or top_k < 1:
             raise ValueError(f"vocab_size and top_k must be >= 1, got {vocab_size}, {top_k}")
+        if tree is not None and not all(1 <= int(b) <= top_k for b in tree):
+            raise ValueError(f"tree branching {list(tree)} must be between 1 and top_k={top_k} per depth")
         self.vocab_size = vocab_size
         self.top_k = top_k
+        self.tree = None if tree is None else tuple(int(b) for b in tree)
         self.adj = torch.full((vocab_size, top_k), -1, dtype=torch.long)
         self._last: int | None = None
+
+    @property
+    def drafts_trees(self) -> bool:  # type: ignore[override]
+        return self.tree is not None
 
     def reset(self) -> None:
         self.adj.fill_(-1)
@@ -41,16 +53,24 @@ class TokenRecyclingDrafter(Drafter):
         self._last = int(prompt_ids[-1]) if len(prompt_ids) else None
 
     def propose(self, k: int) -> Proposal:
+        if self._last is None or k <= 0:
+            return Proposal(tokens=[])
         tokens: list[int] = []
-        tok = self._last
-        if tok is None:
-            return Proposal(tokens=tokens)
-        for _ in range(k):
-            tok = int(self.adj[tok, 0])
-            if tok < 0:
-                break
-            tokens.append(tok)
-        return Proposal(tokens=tokens)
+        parents: list[int] = []
+        level = [(-1, self._last)]  # (index of the node, its token); -1: the last context token
+        for depth in range(k):
+            width = self.tree[depth] if self.tree is not None and depth < len(self.tree) else 1
+            next_level = []
+            for index, token in level:
+                for successor in self.adj[token, :width].tolist():
+                    if successor >= 0:
+                        next_level.append((len(tokens), successor))
+                        tokens.append(successor)
+                        parents.append(index)
+            level = next_level
+        if self.tree is None or parents == list(range(-1, len(tokens) - 1)):  # a chain
+            return Proposal(tokens)
+        return Proposal(tokens, parents=tuple(parents))
 
     def observe(self, committed: list[int], verified_ids: list[int], verified_logits: torch.Tensor) -> None:
         if len(committed):

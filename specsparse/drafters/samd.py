@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from specsparse.drafters.base import Drafter, Proposal
@@ -22,13 +24,16 @@ class SuffixAutomatonDrafter(Drafter):
 
     @classmethod
     def from_target(
-        cls, target, vocab_ids=None, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8
+        cls, target, vocab_ids=None, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
+        recycling_tree: Sequence[int] | None = None,
     ) -> SuffixAutomatonDrafter:
-        """SAMD; with `recycling_fallback` (the default) short matches fall back to Token Recycling."""
+        """SAMD; with `recycling_fallback` (the default) short matches fall back to Token Recycling
+        (drafting the static tree `recycling_tree` when given, see `TokenRecyclingDrafter`)."""
         super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
 
-        fallback = TokenRecyclingDrafter(target.model.config.vocab_size, recycling_top_k) if recycling_fallback else None
+        fallback = (TokenRecyclingDrafter(target.model.config.vocab_size, recycling_top_k, recycling_tree)
+                    if recycling_fallback else None)
         return cls(min_match=min_match, fallback=fallback)
 
     def __init__(self, min_match: int = 2, fallback: Drafter | None = None) -> None:
@@ -54,6 +59,10 @@ class SuffixAutomatonDrafter(Drafter):
     @property
     def replayable(self) -> bool:  # type: ignore[override]
         return self.fallback is None or self.fallback.replayable
+
+    @property
+    def drafts_trees(self) -> bool:  # type: ignore[override]
+        return self.fallback is not None and self.fallback.drafts_trees
 
     @property
     def num_states(self) -> int:

@@ -9,7 +9,8 @@ Modes (`mode`), all equal to running the engine prompt by prompt:
 - "replay" (greedy default): one batched greedy generation per (skip set, prompts), shared through
   `continuations` by every drafter and k, then each drafter replayed over it (`specsparse.measuring.replay`).
   Drafters that are not replayable (Token Recycling reads the target's logits at rejected drafts)
-  run lockstep batched verification (`specsparse.decoding.batched`) instead.
+  run lockstep batched verification (`specsparse.decoding.batched`) instead; those drafting trees
+  run the engine (lockstep batches verify chains only).
 - "engine": the speculative engine, one prompt at a time (and sampling, temperature > 0, always).
 
 Every example starts from a fresh drafter (`make_drafter()`), kept across its turns: a prompt's
@@ -129,7 +130,7 @@ def measure_many(
                             if len(skips) == 1 else f"{domain.name} {len(skips)} configurations")
     total = len(skips) * sum(len(ex.turns) for ex in examples)
     with tqdm(total=total, disable=not progress, leave=False, unit="prompt", desc=label) as bar:
-        if mode == "engine" or config.temperature > 0:
+        if mode == "engine" or config.temperature > 0 or _needs_engine(makers):
             decoded = [_decode_engine(target, domain, examples, make, skip, config, early_reject, bar)
                        for skip, make in zip(skips, makers)]
         else:
@@ -139,6 +140,11 @@ def measure_many(
     wall = (time.perf_counter() - start) / len(skips)
     return [_aggregate(target, domain, examples[: len(outcomes)], outcomes, skip, stopped, wall)
             for (outcomes, stopped), skip in zip(decoded, skips)]
+
+
+def _needs_engine(makers: Sequence[MakeDrafter]) -> bool:
+    """Tree drafts of a drafter that is not replayable: lockstep batches verify chains only."""
+    return any(d is not None and d.drafts_trees and not d.replayable for d in (make() for make in makers[:1]))
 
 
 def _decode_engine(target, domain, examples, make_drafter, skip, config, early_reject, bar) -> tuple[list[Outcome], bool]:

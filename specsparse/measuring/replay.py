@@ -36,9 +36,8 @@ def replay(
         request = Request(prompt, drafter, config, eos_token_ids)
         while not request.done:
             verified = request.draft()
-            start = len(request.new_tokens)
-            predicted = continuation[start : start + len(verified)]
-            committed = request.commit(None, predicted + [NEVER] * (len(verified) - len(predicted)))
+            committed = request.commit(None, _predictions(verified, request.input_parents,
+                                                          continuation[len(request.new_tokens):]))
             if committed[-1] == NEVER:
                 break
         if request.new_tokens != continuation:
@@ -48,3 +47,17 @@ def replay(
             )
         results.append(request.result())
     return results
+
+
+def _predictions(verified: list[int], parents: tuple[int, ...] | None, ahead: list[int]) -> list[int]:
+    """The target's greedy token after each verified input, as far as the continuation `ahead`
+    fixes it: an input at depth d whose path from the root equals ahead[:d] predicts ahead[d]; any
+    other input predicts NEVER (greedy acceptance never reads it)."""
+    if parents is None:
+        parents = tuple(range(-1, len(verified) - 1))
+    depth = [0] * len(verified)
+    on_path = [True] * len(verified)
+    for i in range(1, len(verified)):
+        depth[i] = depth[parents[i]] + 1
+        on_path[i] = on_path[parents[i]] and depth[i] <= len(ahead) and verified[i] == ahead[depth[i] - 1]
+    return [ahead[depth[i]] if on_path[i] and depth[i] < len(ahead) else NEVER for i in range(len(verified))]

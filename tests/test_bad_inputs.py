@@ -1,0 +1,112 @@
+"""Every bad input a user can give the two entry points, as real processes (slow: one process each):
+exit code 2, one `error:` line naming the problem, no traceback, and nothing written (no results
+store, no run folder but the record of a failed start, a damaged store left as it was). The summary line gives the counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model=tiny", "logger=none", "progress=false", "domain.limit=10"]
+
+# (entry point, arguments, what the one line must name). {tmp}: the case's folder (see `prepare`).
+CASES = [
+    ("run.py", [*TINY, "generation.max_new_tokens=1.5"], "generation.max_new_tokens"),
+    ("run.py", [*TINY, "generation.max_new_tokens=0"], "max_new_tokens"),
+    ("run.py", [*TINY, "generation.draft_length=sometimes"], "draft_length"),
+    ("run.py", [*TINY, "generation.verify_cost_per_token=-1"], "verify_cost_per_token"),
+    ("run.py", [*TINY, "seed=abc"], "seed"),
+    ("run.py", [*TINY, "timing_prompts=0"], "timing_prompts"),
+    ("run.py", [*TINY, "runner=ray", "runner.gpus_per_trial=abc"], "gpus_per_trial"),
+    ("run.py", [*TINY, "runner=ray", "runner.num_workers=0"], "num_workers"),
+    ("run.py", [*TINY, "runner=ray", "runner.address=127.0.0.1:1"], "127.0.0.1:1"),
+    ("run.py", [*TINY, "drafter=self_skip", "drafter.skip_layers=[99]"], "out of range"),
+    ("run.py", [*TINY, "search.protect_layers=[4]"], "protect_layers"),
+    ("run.py", [*TINY, "tss.max_depth=0"], "max_depth"),
+    ("run.py", [*TINY, "domain.name=poetry"], "domain.name"),
+    ("run.py", [*TINY, "domain.source=nowhere"], "domain.source"),
+    ("run.py", [*TINY, "domain=math", "domain.source=gsm8k", "domain.path=/no/such/file.jsonl"], "domain.path"),
+    ("run.py", [*TINY, "domain.exclude_ids=[qa-999]"], "exclude_ids"),
+    ("run.py", [*TINY, "domain.limit=1"], "domain.limit"),
+    ("run.py", [*TINY, "domain.source=jsonl", "domain.path={tmp}/bad.jsonl"], "bad.jsonl:2"),
+    ("run.py", [*TINY, "domain.source=jsonl", "domain.path={tmp}/latin.jsonl"], "not UTF-8"),
+    ("run.py", [*TINY, "vocab_corpus=[nope.jsonl]"], "vocab_corpus"),
+    ("run.py", [*TINY, "measure.mode=fast"], "measure.mode"),
+    ("run.py", [*TINY, "measure.batch_size=0"], "measure.batch_size"),
+    ("run.py", [*TINY, "model.dtype=float8"], "model.dtype"),
+    ("run.py", [*TINY, "model.device=cuda:3"], "model.device"),
+    ("run.py", [*TINY, "model.source=/no/such/model"], "model.source"),
+    ("run.py", [*TINY, "search=tpe_vocab"], "LM head"),
+    ("run.py", [*TINY, "+search.max_width=3"], "max_width"),
+    ("run.py", [*TINY, "logger=wandb", "logger.mode=sometimes"], "logger.mode"),
+    ("run.py", [*TINY, "paths.store={tmp}/damaged.sqlite"], "damaged"),
+    ("cli", ["generate", "--model", "tiny", "--max-new-tokens", "0", "hi"], "--max-new-tokens"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/missing.yaml", "hi"], "missing.yaml"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--prompts", "{tmp}/bad.jsonl"], "bad.jsonl:2"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/other_model.yaml", "hi"], "another model"),
+    ("cli", ["serve", "--model", "tiny", "--num-draft-tokens", "-1"], "--num-draft-tokens"),
+    ("cli", ["serve", "--model", "tiny", "--port", "99999"], "--port"),
+    ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--host", "0.0.0.0"], "API key"),
+    ("cli", ["report", "{tmp}"], "no finished jobs"),
+    ("cli", ["report", "{tmp}", "--publish", "nobody"], "ENTITY/PROJECT"),
+    ("cli", ["report", "{tmp}", "--mixed-stream", "0"], "--mixed-stream"),
+]
+
+
+def prepare(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bad.jsonl").write_text('{"prompt": "a", "reference": "b"}\n{"prompt": \n')
+    (folder / "latin.jsonl").write_bytes('{"prompt": "a"}\n{"prompt": "caf\u00e9"}\n'.encode("latin-1"))
+    (folder / "damaged.sqlite").write_bytes(b"this is not a database" * 100)
+    entry = {"skip_layers": [1], "accept_length": 1.5, "metric": None, "sparsity": 0.25, "cost": 0.01,
+             "flops_fraction": 0.75, "draft_vocab_size": None,
+             "dense": {"skip_layers": [], "accept_length": 1.5, "metric": None, "cost": 0.012}}
+    good = {"model": "tiny", "num_layers": 4, "domains": {"qa": entry}}
+    (folder / "map.yaml").write_text(json.dumps(good))
+    (folder / "other_model.yaml").write_text(json.dumps({**good, "model_identity": {"name": "someone-else"}}))
+
+
+def run_case(entry: str, args: list[str], folder: Path) -> subprocess.CompletedProcess:
+    args = [a.replace("{tmp}", str(folder)) for a in args]
+    command = [sys.executable, str(ROOT / "run.py"), *args, f"paths.outputs={folder / 'out'}"] if entry == "run.py" \
+        else [sys.executable, "-m", "specsparse.cli", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
+           "SPECSPARSE_CACHE": str(folder / "cache")}
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_every_bad_input_is_one_clear_line_and_writes_nothing(tmp_path):
+    failed = []
+    for i, (entry, args, needle) in enumerate(CASES):
+        folder = tmp_path / f"case{i}"
+        prepare(folder)
+        damaged = (folder / "damaged.sqlite").read_bytes()
+        done = run_case(entry, args, folder)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        problems = []
+        if done.returncode != 2:
+            problems.append(f"exit {done.returncode}")
+        if len(lines) != 1 or "error:" not in lines[0] or needle not in lines[0]:
+            problems.append(f"stderr {lines[-3:]!r}")
+        if "Traceback" in done.stderr:
+            problems.append("traceback")
+        if (folder / "out" / "store.sqlite").exists():
+            problems.append("wrote a results store")
+        # A run folder may stay only as the record of a failed start (reproduce.json says "failed").
+        for run in (folder / "out").glob("runs/*"):
+            record = run / "reproduce.json"
+            if not record.is_file() or json.loads(record.read_text()).get("status") != "failed":
+                problems.append(f"left the run folder {run.name}")
+        if (folder / "damaged.sqlite").read_bytes() != damaged:
+            problems.append("changed the damaged store")
+        if problems:
+            failed.append(f"{entry} {' '.join(args)}: {'; '.join(problems)}")
+    print(f"bad inputs: {len(CASES)} tried, {len(CASES) - len(failed)} clear, {len(failed)} failed")
+    assert not failed, "\n".join(failed)

@@ -1,0 +1,57 @@
+"""The papers' CPU twins end to end on the embedded SmolLM2-135M (slow): each preset's sweep at a
+few prompts, then the report built from it. The full-size twins are the presets themselves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specsparse.jobs.report import build_report, find_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["logger=none", "progress=false", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=2"]
+
+
+def sweep(tmp_path: Path, *overrides: str) -> Path:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *SMALL, f"paths.outputs={out}",
+         f"hydra.sweep.dir={out / 'multirun'}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return out / "multirun"
+
+
+@pytest.mark.slow
+def test_paper_tss_cpu_twin_runs_and_reports(tmp_path):
+    multirun = sweep(tmp_path, "experiment=paper_tss_cpu", "hydra.sweeper.params.domain=qa,mmlu",
+                     "tss.max_depth=1")
+    records = find_jobs([multirun])
+    assert sorted(r.domain for r in records) == ["mmlu", "qa"]
+    for record in records:
+        assert record.summary["strategy"] == "bfs" and record.summary["held_out"]["verdict"]
+        assert record.reproduce["config"]["tss"]["select"] == "verify_cost"
+    written = build_report(records, tmp_path / "report", plots=False, merge_config_map=tmp_path / "map",
+                           mixed_stream=1, progress=False)
+    table1 = pd.read_csv(written["table1"][2], keep_default_na=False)
+    assert list(table1["domain"]) == ["mmlu", "qa", "mixed stream"]
+    routing = pd.read_csv(written["routing"][2]).set_index("domain")
+    assert routing.loc["all", "test_prompts"] == 16  # 8 held-out prompts of each domain (limit 10, 20% calibration)
+
+
+@pytest.mark.slow
+def test_paper_vocab_cpu_twin_reports_in_and_out_of_domain(tmp_path):
+    multirun = sweep(tmp_path, "experiment=paper_vocab_cpu", "hydra.sweeper.params.domain=qa,math",
+                     "search.n_trials=10")
+    records = find_jobs([multirun])
+    written = build_report(records, tmp_path / "report")
+    vocab = pd.read_csv(written["table_vocab"][2], keep_default_na=False).set_index("domain")
+    assert vocab.loc["qa", "in_domain"] == "in domain" and vocab.loc["math", "in_domain"] == "out of domain"
+    assert (vocab["k"].astype(int) >= 1).all() and (vocab["coverage"].astype(float) >= 0.9).all()
+    assert {p.name for p in written["vocab_coverage"]} == {"vocab_coverage_qa.png", "vocab_coverage_math.png"}

@@ -419,7 +419,7 @@ def run_generate(args: argparse.Namespace) -> int:
 @_guarded
 def run_serve(args: argparse.Namespace) -> int:
     """Serve the OpenAI-compatible API until interrupted."""
-    from specsparse.serving.server import make_server  # noqa: PLC0415
+    from specsparse.serving.server import check_bind, make_server  # noqa: PLC0415
 
     _check_generation_options(args)
     for name, value, low in (("--max-queue", args.max_queue, 0), ("--max-tokens-limit", args.max_tokens_limit, 1),
@@ -429,6 +429,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     api_key = args.api_key or os.environ.get("SPECSPARSE_API_KEY")
+    check_bind(args.host, api_key, args.insecure)  # before the model loads
     controller = _controller(args, args.max_prompt_tokens)
     server = make_server(controller, args.host, args.port, args.max_queue, model_name=args.model,
                          insecure=args.insecure, default_max_tokens=args.max_new_tokens,
@@ -446,8 +447,15 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 # -- entry point -----------------------------------------------------------------------------------
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors (a missing or malformed option) in one line, exit code 2, as every other error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="specsparse",
         description="Per-domain target-layer skipping and draft-vocabulary trimming for speculative decoding. "
                     "Sweeps: python run.py (Hydra).",

@@ -30,7 +30,7 @@ def sweep(tmp_path: Path, *overrides: str) -> Path:
 
 @pytest.mark.slow
 def test_paper_tss_cpu_twin_runs_and_reports(tmp_path):
-    multirun = sweep(tmp_path, "experiment=paper_tss_cpu", "hydra.sweeper.params.domain=qa,mmlu",
+    multirun = sweep(tmp_path, "experiment=paper_tss_cpu", "domain=qa,mmlu",
                      "tss.max_depth=1")
     records = find_jobs([multirun])
     assert sorted(r.domain for r in records) == ["mmlu", "qa"]
@@ -47,7 +47,7 @@ def test_paper_tss_cpu_twin_runs_and_reports(tmp_path):
 
 @pytest.mark.slow
 def test_paper_vocab_cpu_twin_reports_in_and_out_of_domain(tmp_path):
-    multirun = sweep(tmp_path, "experiment=paper_vocab_cpu", "hydra.sweeper.params.domain=qa,math",
+    multirun = sweep(tmp_path, "experiment=paper_vocab_cpu", "domain=qa,math",
                      "search.n_trials=10")
     records = find_jobs([multirun])
     written = build_report(records, tmp_path / "report")

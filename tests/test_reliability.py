@@ -64,3 +64,14 @@ def test_jsonl_errors_name_the_file_and_the_right_line(tmp_path):
     latin.write_bytes('{"prompt": "a"}\n{"prompt": "caf\u00e9"}\n'.encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin.jsonl:2: not UTF-8"):
         list(read_jsonl(latin))
+
+
+def test_command_line_usage_errors_are_one_line(capsys):
+    from specsparse.cli import main
+
+    for argv, needle in ((["generate", "hi"], "--config-map"), (["serve", "--config-map", "m.yaml", "--port", "x"], "--port"),
+                         (["nonsense"], "invalid choice")):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and "\n" not in err and needle in err and err.endswith("--help)")

@@ -186,8 +186,9 @@ class Controller:
         factory = drafter_factory(drafter, **(drafter_options or {}))
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype)
-        router = _build_router(router_examples, router_kind, target, cmap)
-        return cls(target, cmap, factory, router, min_confidence, ids, max_prompt_tokens, force_map)
+        controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map)  # checks the map
+        controller.router = _build_router(router_examples, router_kind, target, cmap)
+        return controller
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, prompt: Prompt, domain: str | None = None) -> Route:

@@ -412,6 +412,13 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
+    """A host other than loopback needs an API key, unless serving insecurely was asked for."""
+    if api_key is None and not _loopback(host) and not insecure:
+        raise ValueError(f"refusing to serve on {host} without an API key: give --api-key (or --insecure "
+                         "to serve without one)")
+
+
 def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8,
                 model_name: str | None = None, insecure: bool = False, **settings: Any) -> SpecsparseServer:
     """A bound (not yet serving) server; port 0 picks a free port (see `.url`). Call
@@ -420,9 +427,7 @@ def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 800
         raise ValueError(f"max_queue must be >= 0, got {max_queue}")
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be in 0..65535, got {port}")
-    if settings.get("api_key") is None and not _loopback(host) and not insecure:
-        raise ValueError(f"refusing to serve on {host} without an API key: give --api-key (or --insecure "
-                         "to serve without one)")
+    check_bind(host, settings.get("api_key"), insecure)
     name = model_name or str(controller.target.identity.get("name", "specsparse"))
     return SpecsparseServer((host, port), controller, ServerSettings(name, max_queue, **settings))
 

@@ -143,6 +143,7 @@ def build_plan(
         data=data,
     )
 
+
 def _vocab_corpus(value: Any, cwd: Path) -> tuple[str, ...]:
     """Keywords stay, "hf:" ids stay, files and folders become absolute paths that exist."""
     if isinstance(value, str):

@@ -45,10 +45,12 @@ def import_wandb() -> Any:
     folders left by processes that are gone (killed with -9) are removed first."""
     if "wandb" in sys.modules:
         return sys.modules["wandb"]
+    import psutil  # noqa: PLC0415 - a Ray dependency
+
     base = Path(tempfile.gettempdir())
     for stale in base.glob(f"{TEMP_PREFIX}*"):
         pid = stale.name[len(TEMP_PREFIX):]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     own = base / f"{TEMP_PREFIX}{os.getpid()}"
     own.mkdir(exist_ok=True)
@@ -59,16 +61,6 @@ def import_wandb() -> Any:
         tempfile.tempdir = previous
     atexit.register(shutil.rmtree, own, True)
     return wandb
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def has_api_key() -> bool:

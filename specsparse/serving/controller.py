@@ -176,7 +176,8 @@ class Controller:
 
         router_examples: "map" (fit on the calibration prompts the config map records for its domains,
             the search's own data, plus the built-in calibration prompts of the built-in domains it
-            lacks, so their requests are recognised and served dense), "builtin" (fit on the calibration split of the built-in domains), a saved
+            lacks, so their requests are recognised and served dense), "builtin" (fit on the
+            calibration split of the built-in domains), a saved
             router (.json, see `DomainRouter.save`), a JSONL file of {"domain", "prompt" | "turns"}
             prompts to fit on, or None (tags only; untagged -> dense).
         vocab_ids: JSON file {domain: [token id, ...]} with the trimmed draft vocabularies.

@@ -76,8 +76,16 @@ def load_responses(entry: str) -> list[str]:
     return texts
 
 
+def builtin_sets(entry: str) -> list[str] | None:
+    """The built-in domains a "builtin" / "builtin:<domain>" entry names; None for any other entry."""
+    if entry == "builtin":
+        return list(DOMAINS)
+    name = entry.removeprefix("builtin:")
+    return [name] if name != entry and name in DOMAINS else None
+
+
 def is_keyword(entry: str) -> bool:
-    return entry in KEYWORDS or (entry.startswith("builtin:") and entry[len("builtin:"):] in DOMAINS)
+    return entry in KEYWORDS or builtin_sets(entry) is not None
 
 
 def corpus_domains(entries: Sequence[str], job_domain: str) -> set[str] | None:
@@ -86,10 +94,8 @@ def corpus_domains(entries: Sequence[str], job_domain: str) -> set[str] | None:
     for entry in entries:
         if entry in ("dense_outputs", "references"):
             domains.add(job_domain)
-        elif entry == "builtin":
-            domains.update(DOMAINS)
-        elif entry.startswith("builtin:"):
-            domains.add(entry[len("builtin:"):])
+        elif builtin_sets(entry) is not None:
+            domains.update(builtin_sets(entry))
         else:
             return None
     return domains
@@ -98,6 +104,6 @@ def corpus_domains(entries: Sequence[str], job_domain: str) -> set[str] | None:
 def builtin_responses(entry: str, exclude_ids: Sequence[str] = ()) -> list[str]:
     """The first reference of every example of the built-in sets `entry` names ("builtin" or
     "builtin:<domain>"), except the excluded ids."""
-    names = list(DOMAINS) if entry == "builtin" else [entry[len("builtin:"):]]
+    names = builtin_sets(entry) or []
     excluded = set(exclude_ids)
     return [ex.references[0] for name in names for ex in load_examples(name) if ex.references and ex.id not in excluded]

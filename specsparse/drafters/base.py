@@ -44,6 +44,13 @@ class Proposal:
     probs: torch.Tensor | None = None
     parents: tuple[int, ...] | None = None
 
+    @classmethod
+    def tree(cls, tokens: list[int], parents: Sequence[int]) -> Proposal:
+        """A tree draft, or a chain when every token follows the one before it."""
+        if list(parents) == list(range(-1, len(tokens) - 1)):
+            return cls(tokens)
+        return cls(tokens, parents=tuple(parents))
+
     def depths(self) -> list[int]:
         """Depth of every token: 1 for a child of the last committed token."""
         if self.parents is None:
@@ -80,9 +87,7 @@ def tree_from_branches(branches: Sequence[Sequence[int]]) -> Proposal:
                 tokens.append(token)
                 parents.append(parent)
             parent = children[(parent, token)]
-    if parents == list(range(-1, len(tokens) - 1)):  # the branches were one path
-        return Proposal(tokens)
-    return Proposal(tokens, parents=tuple(parents))
+    return Proposal.tree(tokens, parents)
 
 
 class Drafter:

@@ -68,9 +68,7 @@ class TokenRecyclingDrafter(Drafter):
                         tokens.append(successor)
                         parents.append(index)
             level = next_level
-        if self.tree is None or parents == list(range(-1, len(tokens) - 1)):  # a chain
-            return Proposal(tokens)
-        return Proposal(tokens, parents=tuple(parents))
+        return Proposal.tree(tokens, parents)
 
     def observe(self, committed: list[int], verified_ids: list[int], verified_logits: torch.Tensor) -> None:
         if len(committed):

@@ -6,8 +6,8 @@ measured configuration, and accept length against measured speedup.
 
 The report is first written as a plain definition (`wandb_report.json` beside the tables: blocks and
 panels by wandb-workspaces class name), which `to_wandb_report` turns into `wandb_workspaces`
-objects. Online (WANDB_MODE is not offline and an API key exists) the report is saved to W&B and its
-URL returned; offline only the definition is written, and the same command run online publishes it.
+objects. Online (WANDB_MODE=online and an API key exists) the report is saved to W&B and its
+URL returned; otherwise only the definition is written, and the same command run online publishes it.
 Runs are matched by the W&B logger's conventions: project ENTITY/PROJECT, config `domain.name`.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.jobs.wandb_logger import has_api_key, import_wandb
+from specsparse.jobs.wandb_logger import ALIASES, has_api_key, import_wandb
 from specsparse.util import atomic_write_text
 
 DEFINITION = "wandb_report.json"
@@ -76,7 +76,8 @@ def publish(definition: Mapping[str, Any], out_dir: str | os.PathLike) -> tuple[
     """Write the definition; save the report to W&B when online. Returns (definition file, URL or None)."""
     path = atomic_write_text(Path(out_dir) / DEFINITION, json.dumps(definition, indent=2) + "\n")
     report = to_wandb_report(definition)  # a definition wandb-workspaces rejects fails here, offline too
-    if os.environ.get("WANDB_MODE", "offline") == "offline" or not has_api_key():
+    mode = os.environ.get("WANDB_MODE", "offline")
+    if ALIASES.get(mode, mode) != "online" or not has_api_key():
         return path, None
     report.save()
     return path, report.url

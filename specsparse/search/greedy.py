@@ -17,6 +17,9 @@ from specsparse.types import Candidate, Measurement
 log = logging.getLogger(__name__)
 
 
+BALANCE_TOLERANCE = 1e-12
+
+
 class GreedySearch(LayerSkipSearch):
     """Visit the free layers from the last to the first (early blocks are deleted last, so they are
     kept when the depth limit binds); tentatively delete each from the current model and keep the
@@ -89,7 +92,8 @@ class GreedySearch(LayerSkipSearch):
         if m is None or m.early_stopped:
             return
         before = self.measured[Candidate(self.current)]
-        if self.balance(m, len(candidate.skip_layers)) >= self.balance(before, len(self.current)):
+        # "Does not fall", up to float rounding: M/M0 and depth/L of an unchanged score may differ by 1e-16.
+        if self.balance(m, len(candidate.skip_layers)) >= self.balance(before, len(self.current)) - BALANCE_TOLERANCE:
             self.current = candidate.skip_layers
             self.path.append(self.current)
             log.info("greedy: deletion kept, skipping %s", list(self.current))

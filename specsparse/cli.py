@@ -7,6 +7,7 @@
     specsparse generate --config-map maps/all.yaml --prompts prompts.jsonl --output results.jsonl
     specsparse serve --config-map maps/all.yaml --port 8000 --max-queue 8
     specsparse profile [--model smollm2-135m] [--dtype float32] [--force]   (the cost profile)
+    specsparse train-drafter --output drafters/smollm2-eagle [--vocab-size 8192]   (an EAGLE head)
 
 Sweeps themselves run through Hydra: `python run.py ...` (see run.py). Every subcommand returns an exit
 code; bad input prints one line on stderr and exits with 2.
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.decoding.models import ModelLoadError
+from specsparse.drafters.eagle_training import TrainingRecipe
 from specsparse.serving.prompts import PromptRecord, read_prompt_records
 from specsparse.types import GenerationConfig
 from specsparse.util import first_line
@@ -250,6 +252,71 @@ def run_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- train-drafter ---------------------------------------------------------------------------------
+def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train-drafter",
+        help="train an EAGLE head for a target by self-distillation (drafter=eagle drafter.path=DIR)",
+        description="Generates the target's greedy replies to training prompts, then trains a one-layer EAGLE "
+                    "head on its features (smooth-L1 + 0.1 x cross-entropy); see specsparse/drafters/eagle_training.py. "
+                    "Started again on the same DIR, an interrupted run resumes.",
+    )
+    defaults = TrainingRecipe()
+    p.add_argument("--output", required=True, metavar="DIR", help="checkpoint directory (drafter.path)")
+    p.add_argument("--model", default="smollm2-135m", help="target: any model source run.py accepts")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--prompts", default=defaults.prompts, metavar="builtin|FILE.jsonl",
+                   help="builtin: the built-in sets' calibration splits (their test splits stay held out); or a "
+                        "JSONL of {\"prompt\": str} / {\"turns\": [str]}")
+    p.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="reply length per prompt")
+    p.add_argument("--epochs", type=int, default=defaults.epochs)
+    p.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step")
+    vocab = p.add_mutually_exclusive_group()
+    vocab.add_argument("--vocab-size", type=int, default=None,
+                       help="trim the head to the K most frequent tokens of the training data")
+    vocab.add_argument("--vocab-file", metavar="FILE.json", default=None,
+                       help="trim the head to these token ids (a JSON list, e.g. a TPE search's vocabulary)")
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    p.set_defaults(func=run_train_drafter)
+
+
+def run_train_drafter(args: argparse.Namespace) -> int:
+    import torch  # noqa: PLC0415
+
+    from specsparse.decoding.models import load_model  # noqa: PLC0415
+    from specsparse.drafters.eagle_training import train_eagle_head  # noqa: PLC0415
+
+    if args.threads is not None:
+        if args.threads < 1:
+            return fail(f"--threads {args.threads}: give a positive thread count")
+        torch.set_num_threads(args.threads)
+    if args.prompts != "builtin" and not Path(args.prompts).is_file():
+        return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
+    if args.vocab_file is not None and not Path(args.vocab_file).is_file():
+        return fail(f"--vocab-file {args.vocab_file}: no such file")
+    recipe = TrainingRecipe(
+        prompts=args.prompts, max_new_tokens=args.max_new_tokens, epochs=args.epochs,
+        learning_rate=args.learning_rate, batch_size=args.batch_size, vocab_size=args.vocab_size,
+        vocab_file=args.vocab_file, seed=args.seed,
+    )
+    try:
+        recipe.check()
+        loaded = load_model(args.model, dtype=args.dtype)
+        output = train_eagle_head(loaded, args.output, recipe)
+    except (ModelLoadError, ValueError) as err:
+        return fail(first_line(err))
+    summary = json.loads((output / "training.json").read_text())
+    last = summary["history"][-1]
+    print(f"EAGLE head for {args.model}: {output}")
+    print(f"  {summary['sequences']} sequences, {summary['tokens']} tokens, draft vocabulary {summary['draft_vocab_size']}, "
+          f"{summary['seconds'] / 60:.1f} min")
+    print(f"  held-out top-1 agreement with the target: {last['held_out_agreement']:.3f} (epoch {last['epoch']})")
+    print(f"  use it: python run.py drafter=eagle drafter.path={output}")
+    return 0
+
+
 # -- generate and serve: the runtime controller ------------------------------------------------
 def add_runtime_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the `generate` and `serve` subcommands (each sets `func`, returning an exit code)."""
@@ -466,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_submit_command(subparsers)
     add_runtime_commands(subparsers)
     add_profile_command(subparsers)
+    add_train_drafter_command(subparsers)
     return parser
 
 

@@ -4,6 +4,7 @@ timestamps, JSON-lines reading and strict number checks."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
@@ -92,6 +93,19 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def checkpoint_sha256(directory: str | os.PathLike) -> dict[str, str]:
+    """SHA-256 of a checkpoint directory's config and weight files (a retrained checkpoint in the
+    same place then gets new result keys); cached per (file, size, mtime)."""
+    files = sorted(p for p in Path(directory).iterdir()
+                   if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin")))
+    return {p.name: _cached_sha256(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files}
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:

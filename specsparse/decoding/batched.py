@@ -42,6 +42,9 @@ def generate_batch(
         raise ValueError("generate_batch is greedy only: use the engine for temperature > 0")
     if drafters is not None and len(drafters) != len(prompts):
         raise ValueError(f"{len(drafters)} drafters for {len(prompts)} prompts: give one per prompt")
+    if drafters is not None and any(d is not None and d.feature_layers is not None for d in drafters):
+        raise ValueError("lockstep verification passes no target features: measure a feature drafter (eagle) "
+                         "with the engine (measure.mode=engine)")
     if not prompts:
         return []
     if all(isinstance(i, int) for i in skip_layers):

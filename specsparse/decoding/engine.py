@@ -161,11 +161,24 @@ class Request:
         parents = self._proposal.parents
         return None if parents is None else (-1, *(p + 1 for p in parents))
 
-    def commit(self, logits: torch.Tensor | None, predicted: list[int] | None = None) -> list[int]:
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The target features the drafter reads (the target session records them)."""
+        return () if self.drafter is None or self.drafter.feature_layers is None else self.drafter.feature_layers
+
+    def prefilled(self, features: torch.Tensor | None) -> None:
+        """After the target's prefill of prompt[:-1]: hand its features to a feature drafter."""
+        if features is not None and self.feature_layers:
+            self.drafter.observe_features(features)
+
+    def commit(
+        self, logits: torch.Tensor | None, predicted: list[int] | None = None, features: torch.Tensor | None = None
+    ) -> list[int]:
         """Accept from the target's logits [n+1, vocab] for the last `draft()`; return the committed tokens.
 
         Replay passes `predicted` (the target's greedy tokens) instead, with logits None: greedy
         acceptance reads nothing else, and only drafters that ignore logits are replayed.
+        features: the target's features [n+1, F] at the step's inputs, for a feature drafter.
         """
         proposal = self._proposal
         if self.generator is None:
@@ -187,6 +200,8 @@ class Request:
         self.done = stop_at is not None or len(self.new_tokens) >= self.config.max_new_tokens
         if self.drafter is not None:
             if stop_at is None:
+                if features is not None and self.feature_layers:
+                    self.drafter.observe_features(features[self.kept_inputs])
                 self.drafter.observe(committed, self._verified_ids, logits)
             if self.done:
                 self.drafter.close()
@@ -219,8 +234,9 @@ def speculative_generate(
     start = time.perf_counter()
     with torch.inference_mode():
         request = Request(prompt_ids, drafter, config, eos_token_ids)
-        session = ModelSession(target, tuple(skip_layers))
+        session = ModelSession(target, tuple(skip_layers), request.feature_layers)
         session.prefill(prompt_ids[:-1])
+        request.prefilled(session.features)
         prefill_time = time.perf_counter() - start
         draft_time = verify_time = 0.0
         while not request.done:
@@ -230,7 +246,7 @@ def speculative_generate(
             draft_time += tock - tick
             logits = session.forward(verified_ids, request.input_parents)
             verify_time += time.perf_counter() - tock
-            committed = request.commit(logits)
+            committed = request.commit(logits, features=session.features)
             # Keep [last, accepted drafts] in the cache; the bonus token becomes the next `last`.
             session.keep(session.length - len(verified_ids), request.kept_inputs)
             if on_step is not None:

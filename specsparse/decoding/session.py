@@ -31,19 +31,26 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.skipping import SkipAwareCache, skipper_for, validate_skip_layers
+from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache, skipper_for, validate_skip_layers
 
 
 class ModelSession:
-    """A model under one skip set, with its own KV cache, for one request (target or LM drafter)."""
+    """A model under one skip set, with its own KV cache, for one request (target or LM drafter).
 
-    def __init__(self, model: PreTrainedModel, skip_layers: tuple[int, ...]):
+    feature_layers: hidden states every forward also records in `features` (a feature drafter's
+    inputs, see `Drafter.feature_layers`): the residual stream entering each listed layer, or the
+    final-norm output for `FINAL_HIDDEN`, concatenated per token, of the sparse model.
+    """
+
+    def __init__(self, model: PreTrainedModel, skip_layers: tuple[int, ...], feature_layers: Sequence[int] = ()):
         self.model = model
         self.skipper = skipper_for(model)
         self.skip_layers = validate_skip_layers(skip_layers, self.skipper.num_layers)
         self.cache = SkipAwareCache(model.config, self.skip_layers)
         self.length = 0  # positions held in the cache
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.feature_layers = tuple(feature_layers)
+        self.features: torch.Tensor | None = None  # [n, features] of the last forward's n tokens
 
     def hidden_states(self, token_ids: Sequence[int], parents: Sequence[int] | None = None) -> torch.Tensor:
         """Run `token_ids` [n] after the cached context; return final-norm hidden states [n, hidden].
@@ -58,11 +65,16 @@ class ModelSession:
             positions = torch.arange(self.length, self.length + len(token_ids), device=device).unsqueeze(0)
         else:
             positions, mask = self._tree_inputs(parents)
-        with self.skipper.skipping(self.skip_layers):
+        with self.skipper.skipping(self.skip_layers), \
+                self.skipper.capturing(self.skip_layers, self.feature_layers) as captured:
             out = self.skipper.base(input_ids=ids, attention_mask=mask, cache=self.cache, position_ids=positions,
                                     use_cache=True)
         self.length += len(token_ids)
-        return out.last_hidden_state[0]
+        hidden = out.last_hidden_state[0]
+        if self.feature_layers:
+            self.features = torch.cat(
+                [hidden if layer == FINAL_HIDDEN else captured[layer][0] for layer in self.feature_layers], dim=-1)
+        return hidden
 
     def _tree_inputs(self, parents: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Position ids [1, n] and the attention mask [1, 1, n, context + n] of a token tree."""

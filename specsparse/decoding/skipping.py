@@ -19,6 +19,9 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+# A feature layer (`LayerSkipper.capturing`) naming the final hidden state, after the final norm.
+FINAL_HIDDEN = -1
+
 
 class SkipSetError(ValueError):
     """An invalid skip set (out of range, duplicate, or every layer)."""
@@ -88,6 +91,38 @@ class LayerSkipper:
             self.base._modules["layers"] = self.all_layers
             if self.all_layer_types is not None:
                 self.base.config.layer_types = self.all_layer_types
+
+    @contextmanager
+    def capturing(self, skip_layers: tuple[int, ...], feature_layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+        """Record the residual stream entering each of `feature_layers` (HF's hidden_states[l]) in a
+        forward under `skip_layers`: the dict fills with {layer: [batch, tokens, hidden]} as the
+        model runs. A skipped layer passes its input on, so the stream entering layer l is the input of
+        the first kept layer >= l, or of the final norm when every later layer is skipped.
+        `FINAL_HIDDEN` entries are left to the caller (the model's output)."""
+        captured: dict[int, torch.Tensor] = {}
+        skipped = set(skip_layers)
+        watchers: dict[nn.Module, list[int]] = {}
+        for layer in feature_layers:
+            if layer == FINAL_HIDDEN:
+                continue
+            first_kept = next((i for i in range(layer, self.num_layers) if i not in skipped), None)
+            module = self.base.norm if first_kept is None else self.all_layers[first_kept]
+            watchers.setdefault(module, []).append(layer)
+
+        def record(layers):
+            def hook(module, args, kwargs):
+                stream = args[0] if args else kwargs["hidden_states"]
+                for layer in layers:
+                    captured[layer] = stream
+            return hook
+
+        handles = [module.register_forward_pre_hook(record(layers), with_kwargs=True)
+                   for module, layers in watchers.items()]
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 def skipper_for(model: PreTrainedModel) -> LayerSkipper:

@@ -8,6 +8,11 @@ Lifecycle for one request (the engine drives it):
         ... target verifies ...
         drafter.observe(committed, verified_ids, verified_logits)
 
+Feature drafters (EAGLE: `feature_layers` set) also read the target's hidden states:
+`observe_features(features)` gives them the (sparse) target's features of the next context positions,
+those of prompt[:-1] after the prefill and those of the step's kept inputs (the last committed token
+and the accepted drafts) before each `observe`.
+
 `reset()` clears any state kept across requests (e.g. Token Recycling's adjacency matrix), so a
 measurement that calls it first is a pure function of its inputs.
 
@@ -101,6 +106,9 @@ class Drafter:
     # Proposals may be trees (`Proposal.parents`): greedy verification only, and the engine measures
     # them when the drafter is not replayable (lockstep batches take chains).
     drafts_trees: bool = False
+    # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
+    # final-norm output), or None.
+    feature_layers: tuple[int, ...] | None = None
 
     @classmethod
     def from_target(cls, target: LoadedModel, vocab_ids: list[int] | None = None, **options) -> Drafter:
@@ -112,6 +120,12 @@ class Drafter:
                 "use drafter=self_skip or drafter=draft_model for vocabulary trimming"
             )
         return cls(**options)
+
+    @property
+    def cost_key(self) -> str:
+        """What the cost profile stores this drafter's measured step time under (drafters whose
+        options change their step cost name them here)."""
+        return self.name
 
     def reset(self) -> None:
         """Forget state carried across requests."""
@@ -142,6 +156,9 @@ class Drafter:
             verified_ids[i]); Token Recycling learns successor lists from them.
         """
         raise NotImplementedError
+
+    def observe_features(self, features: torch.Tensor) -> None:
+        """The target's features [m, features] of the next m context positions (feature drafters)."""
 
     def close(self) -> None:
         """Release per-request resources (caches)."""

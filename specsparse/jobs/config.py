@@ -342,12 +342,13 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
         )
     if "skip_layers" in options:  # a drafter's skip set indexes the target's layers
         _check_layers(options["skip_layers"], "drafter.skip_layers", model)
-    source = options.get("source")
-    if isinstance(source, str) and (_looks_like_path(source) or (cwd / source).is_dir()):
-        path = _absolute(source, cwd)
-        if not path.exists():
-            raise ConfigError(f"drafter.source: {path} does not exist")
-        options = {**options, "source": str(path)}
+    for option in ("source", "path"):  # a draft model or checkpoint: a local path resolves against cwd
+        source = options.get(option)
+        if isinstance(source, str) and (_looks_like_path(source) or (cwd / source).is_dir()):
+            path = _absolute(source, cwd)
+            if not path.exists() and not (option == "path" and options.get("train")):
+                raise ConfigError(f"drafter.{option}: {path} does not exist")
+            options = {**options, option: str(path)}
     return Component(target, options)
 
 

@@ -28,7 +28,7 @@ from specsparse.measuring.measure import Continuations, EarlyReject, measure_man
 from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, price, profile_for
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
-from specsparse.util import content_hash, file_sha256
+from specsparse.util import checkpoint_sha256, content_hash, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,9 @@ class Evaluator:
             raise ValueError(f"domain {spec.domain.name!r} has no {spec.split} examples: add examples or change the split")
         self.continuations: Continuations = {}  # greedy generations, shared by every candidate's replay
         self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, spec.generation)
+        # Build a drafter once before anything is keyed: a checkpoint its recipe trains on first use
+        # (drafter=eagle with train) must exist when its files are hashed into the keys.
+        self.drafter_factory(None)()
 
     # -- identity ------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -122,6 +125,10 @@ class Evaluator:
         spec["example_ids"] = [ex.id for ex in self.examples]
         spec["vocab_corpus_files"] = {  # a corpus file edited in place measures anew
             entry: file_sha256(entry) for entry in self.spec.vocab_corpus if Path(entry).is_file()
+        }
+        spec["drafter_files"] = {  # a drafter checkpoint retrained in place measures anew
+            option: checkpoint_sha256(value) for option, value in self.spec.drafter.options.items()
+            if option in ("path", "source") and isinstance(value, str) and Path(value).is_dir()
         }
         spec["code_version"] = code_version()
         return spec

@@ -179,24 +179,30 @@ def draft_cost(drafter: Drafter | None, profile: CostProfile, repeats: int = 32)
         kept = own.num_layers - len(getattr(drafter, "skip_layers", ()))
         per_token = own.verify_time(kept, 1) - own.head_time(own.vocab_size) + own.head_time(drafter.vocab_size)
         return DraftCost(per_token=max(per_token, 0.0))
-    if drafter.name not in profile.drafter_step_s:
-        profile.drafter_step_s[drafter.name] = _drafter_step_time(drafter, profile.vocab_size, repeats)
+    if drafter.cost_key not in profile.drafter_step_s:
+        profile.drafter_step_s[drafter.cost_key] = _drafter_step_time(drafter, profile.vocab_size, repeats)
         save_profile(profile)
-    return DraftCost(per_step=profile.drafter_step_s[drafter.name])
+    return DraftCost(per_step=profile.drafter_step_s[drafter.cost_key])
 
 
 def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = 5) -> float:
-    """Median propose + observe time on a repetitive synthetic context (drafts exist most steps)."""
+    """Median propose + observe time on a repetitive synthetic context (drafts exist most steps;
+    a feature drafter gets random features)."""
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(0, 64, (CONTEXT,), generator=generator).tolist()
     drafter.reset()
     drafter.begin(context)
+    features = None if drafter.feature_layers is None else torch.randn(CONTEXT, drafter.feature_size, generator=generator)
+    if features is not None:
+        drafter.observe_features(features[:-1].to(drafter.feature_dtype))
     logits = torch.randn(k + 1, vocab, generator=generator)
     times = []
     for step in range(repeats):
         start = time.perf_counter()
         proposal = drafter.propose(k)
         committed = [context[step % CONTEXT]]
+        if features is not None:
+            drafter.observe_features(features[step % CONTEXT][None].to(drafter.feature_dtype))
         drafter.observe(committed, [context[-1], *proposal.tokens], logits[: len(proposal.tokens) + 1])
         times.append(time.perf_counter() - start)
     drafter.reset()

@@ -1,0 +1,455 @@
+"""EAGLE drafters: a one-layer head that drafts from the target's own hidden states (features).
+
+At context position j the head reads the target's feature f_j of token x_j and the embedding of the
+next token x_{j+1}, and predicts the feature of x_{j+1}; the LM head turns a predicted feature into
+the next draft token. Drafting goes on from the head's own predicted features. After each
+verification the drafts' head states are dropped and the head reads the target's real features of
+the accepted tokens, so its cache always holds (target feature, token) pairs of the committed context.
+With target-side skipping the features are those of the sparse target (the session records them).
+
+Two checkpoint layouts (`load_eagle_head`):
+- "eagle" (EAGLE-1 / EAGLE-2): features are the target's final-norm hidden states; fc maps
+  [embedding, feature] (2h) to h; one Llama decoder layer without its input norm; logits come from
+  the target's own LM head.
+- "eagle3" (EAGLE-3): features are the residual streams entering three target layers (low, middle,
+  high), fused by fc (3h -> h); the decoder layer's attention reads [norm(embedding), norm(hidden)]
+  (2h); the head has its own final norm and LM head over a draft vocabulary, mapped to target ids
+  by `d2t` (target id = draft id + d2t[draft id]).
+
+Either layout may carry `d2t`: a trimmed draft vocabulary (`specsparse train-drafter --vocab-size`).
+Proposals are chains, or with `tree` set EAGLE-2's dynamic trees (see `EagleDrafter.propose`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+
+from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache
+from specsparse.drafters.base import Drafter, Proposal
+from specsparse.util import checkpoint_sha256
+
+LAYOUTS = ("eagle", "eagle3")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+class EagleLoadError(ValueError):
+    """An EAGLE checkpoint that cannot be used with this target; the message says why and what to do."""
+
+
+def eagle3_feature_layers(num_target_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's fused target layers: the streams entering layers 2, L // 2 and L - 3."""
+    return (2, num_target_layers // 2, num_target_layers - 3)
+
+
+class EagleHead(nn.Module):
+    """The trainable part of an EAGLE drafter (the embedding, and for "eagle" the LM head, are the
+    target's). `draft_to_target`: the target id of each draft-vocabulary row, or None (full vocabulary)."""
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        layout: str = "eagle",
+        feature_layers: Sequence[int] = (FINAL_HIDDEN,),
+        target_hidden_size: int | None = None,
+        fc_bias: bool = False,
+        draft_to_target: torch.Tensor | None = None,
+    ):
+        super().__init__()
+        if layout not in LAYOUTS:
+            raise EagleLoadError(f"unknown EAGLE layout {layout!r}: use one of {LAYOUTS}")
+        config._attn_implementation = "sdpa"
+        self.config = config
+        self.layout = layout
+        self.feature_layers = tuple(feature_layers)
+        hidden = config.hidden_size
+        target_hidden = target_hidden_size or hidden
+        self.target_hidden_size = target_hidden
+        self.fc = nn.Linear(
+            (hidden + target_hidden) if layout == "eagle" else len(self.feature_layers) * target_hidden,
+            hidden, bias=fc_bias,
+        )
+        self.self_attn = LlamaAttention(config, layer_idx=0)
+        if layout == "eagle3":  # attention reads [norm(embedding), norm(hidden)]
+            heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+            head_dim = getattr(config, "head_dim", None) or hidden // heads
+            bias = config.attention_bias
+            self.self_attn.q_proj = nn.Linear(2 * hidden, heads * head_dim, bias=bias)
+            self.self_attn.k_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=bias)
+            self.self_attn.v_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=bias)
+            self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+            self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+            self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+        vocab = config.vocab_size if draft_to_target is None else len(draft_to_target)
+        if layout == "eagle3":
+            self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        self.register_buffer("draft_to_target", None if draft_to_target is None else draft_to_target.long())
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return self.config.vocab_size if self.draft_to_target is None else len(self.draft_to_target)
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The head's input state from target features [n, F] ("eagle" keeps them: fc takes the
+        embedding too, in `forward`)."""
+        return features if self.layout == "eagle" else self.fc(features)
+
+    def forward(
+        self,
+        states: torch.Tensor,
+        embeddings: torch.Tensor,
+        positions: torch.Tensor,
+        cache: SkipAwareCache | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Predicted features [batch, n, h] of the tokens after the inputs.
+
+        states: [batch, n, h] the features of the input tokens (`fuse`d target features, or the
+        head's own predictions); embeddings: [batch, n, h] those of the next tokens; positions:
+        [batch, n]; mask: bool [batch, 1, n, keys] (None: causal within the chunk after the cache)."""
+        if self.layout == "eagle":
+            residual = x = self.fc(torch.cat([embeddings, states], dim=-1))
+        else:
+            residual = states
+            x = torch.cat([self.input_layernorm(embeddings), self.hidden_norm(states)], dim=-1)
+        if mask is None and x.shape[1] > 1:
+            past = 0 if cache is None else cache.get_seq_length()
+            keys = torch.arange(past + x.shape[1], device=x.device)
+            mask = (keys[None, :] <= (past + torch.arange(x.shape[1], device=x.device))[:, None])[None, None]
+        attention, _ = self.self_attn(x, position_embeddings=self.rotary_emb(x, positions), attention_mask=mask,
+                                      cache=cache)
+        hidden = residual + attention
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+    def logits(self, hidden: torch.Tensor, target_head: torch.Tensor) -> torch.Tensor:
+        """Float logits over the draft vocabulary from predicted features [..., h]."""
+        if self.layout == "eagle3":
+            return self.lm_head(self.norm(hidden)).float()
+        weight = target_head if self.draft_to_target is None else target_head[self.draft_to_target]
+        return nn.functional.linear(hidden, weight).float()
+
+    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
+
+    def save(self, directory: str | Path) -> None:
+        """Safetensors weights and a config.json in the EAGLE layout's key names (`load_eagle_head`
+        reads them back; d2t/t2d as EAGLE-3 stores its draft vocabulary)."""
+        from safetensors.torch import save_file  # noqa: PLC0415
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {name: tensor.detach().contiguous() for name, tensor in _to_checkpoint_keys(self).items()}
+        save_file(state, str(directory / "model.safetensors"))
+        config = self.config.to_dict()
+        config.update(
+            eagle_layout=self.layout, bias=self.fc.bias is not None, draft_vocab_size=self.draft_vocab_size,
+            target_hidden_size=self.target_hidden_size,
+            eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.feature_layers)},
+        )
+        (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
+
+
+def _prefix(layout: str) -> str:
+    return "layers.0." if layout == "eagle" else "midlayer."
+
+
+def _to_checkpoint_keys(head: EagleHead) -> dict[str, torch.Tensor]:
+    """The head's tensors under the official checkpoint names of its layout."""
+    layer = _prefix(head.layout)
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in head.state_dict().items():
+        if name.startswith("rotary_emb.") or name == "draft_to_target":
+            continue
+        if name.startswith(("self_attn.", "mlp.", "post_attention_layernorm.", "input_layernorm.", "hidden_norm.")):
+            state[layer + name] = tensor
+        else:
+            state[name] = tensor
+    if head.draft_to_target is not None:
+        draft = head.draft_to_target
+        state["d2t"] = draft - torch.arange(len(draft))
+        t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
+        t2d[draft] = True
+        state["t2d"] = t2d
+    return state
+
+
+def _read_state(directory: Path) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file  # noqa: PLC0415
+
+                return load_file(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True)
+    raise EagleLoadError(f"no EAGLE weights in {directory}: expected one of {WEIGHT_FILES}")
+
+
+def _resolve(source: str) -> Path:
+    """A local directory, or a Hub id from the local Hub cache (or the Hub, when online)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or source.count("/") != 1:
+        raise EagleLoadError(f"EAGLE checkpoint {source!r} is not a directory: give drafter.path=<directory or Hub id>")
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+
+    try:
+        return Path(snapshot_download(source, allow_patterns=["*.json", *WEIGHT_FILES]))
+    except Exception as err:  # any Hub failure means "not available here"
+        raise EagleLoadError(
+            f"cannot fetch EAGLE checkpoint {source!r} ({str(err).splitlines()[0]}): download it into a local "
+            "directory, or set HF_HUB_OFFLINE=0 where the Hub is reachable"
+        ) from err
+
+
+def load_eagle_head(source: str, target_config, num_target_layers: int) -> EagleHead:
+    """Load an EAGLE (v1/v2) or EAGLE-3 head from a directory or Hub id for a target with this config.
+
+    The layout comes from the weights (`midlayer.*` is EAGLE-3). EAGLE-3's fused layers come from
+    config.json's eagle_config.eagle_aux_hidden_state_layer_ids, else the EAGLE-3 default."""
+    directory = _resolve(source)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise EagleLoadError(f"no config.json in EAGLE checkpoint {directory}")
+    raw = json.loads(config_path.read_text())
+    state = {key.removeprefix("model."): tensor for key, tensor in _read_state(directory).items()}
+    layout = raw.get("eagle_layout") or ("eagle3" if any(k.startswith("midlayer.") for k in state) else "eagle")
+    layers = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if layout == "eagle":
+        feature_layers = (FINAL_HIDDEN,)
+    else:
+        feature_layers = tuple(layers) if layers else eagle3_feature_layers(num_target_layers)
+    bad = [i for i in feature_layers if i != FINAL_HIDDEN and not 0 <= i < num_target_layers]
+    if bad:
+        raise EagleLoadError(f"EAGLE checkpoint reads target layers {bad}, but the target has {num_target_layers}")
+    known = {k: v for k, v in raw.items() if k not in ("eagle_layout", "eagle_config", "bias", "architectures")}
+    config = LlamaConfig(**{**known, "num_hidden_layers": 1})
+    if config.vocab_size != target_config.vocab_size:
+        raise EagleLoadError(
+            f"EAGLE checkpoint is for a {config.vocab_size}-token vocabulary, the target has "
+            f"{target_config.vocab_size}: use a head trained for this target"
+        )
+    d2t = state.pop("d2t", None)
+    state.pop("t2d", None)
+    draft_to_target = None if d2t is None else d2t.long() + torch.arange(len(d2t))
+    target_hidden = raw.get("target_hidden_size") or target_config.hidden_size
+    if target_hidden != target_config.hidden_size:
+        raise EagleLoadError(
+            f"EAGLE checkpoint reads {target_hidden}-wide target features, the target's are "
+            f"{target_config.hidden_size}: use a head trained for this target"
+        )
+    head = EagleHead(config, layout, feature_layers, target_hidden, fc_bias="fc.bias" in state,
+                     draft_to_target=draft_to_target)
+    prefix = _prefix(layout)
+    renamed = {key.removeprefix(prefix): tensor for key, tensor in state.items()
+               if (key.startswith(prefix) or not key.startswith(("layers.", "midlayer."))) and "rotary_emb" not in key}
+    unused = ["embed_tokens.weight"]  # the target's embedding is used (EAGLE freezes it)
+    if layout == "eagle":  # EAGLE-1's first layer runs without its input norm; the target's head is used
+        unused += ["input_layernorm.weight", "norm.weight", "lm_head.weight"]
+    for key in unused:
+        renamed.pop(key, None)
+    expected = {k for k in head.state_dict() if not k.startswith("rotary_emb.") and k != "draft_to_target"}
+    missing, unexpected = expected - set(renamed), set(renamed) - expected
+    if missing or unexpected:
+        raise EagleLoadError(
+            f"EAGLE checkpoint {directory} does not fit the {layout!r} layout: missing {sorted(missing)[:4]}, "
+            f"unexpected {sorted(unexpected)[:4]}"
+        )
+    for key, tensor in renamed.items():
+        if head.state_dict()[key].shape != tensor.shape:
+            raise EagleLoadError(
+                f"EAGLE checkpoint tensor {key} has shape {tuple(tensor.shape)}, expected "
+                f"{tuple(head.state_dict()[key].shape)}: is it for this target?"
+            )
+    head.load_state_dict(renamed, strict=False)
+    return head.eval()
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_head(source: str, files: tuple, target_id: int, dtype: torch.dtype, device: str, target_config,
+                 num_layers: int) -> EagleHead:
+    """A head loaded once per process per (checkpoint files, target); `files` keys a retrained one anew."""
+    return load_eagle_head(source, target_config, num_layers).to(device=device, dtype=dtype)
+
+
+class EagleDrafter(Drafter):
+    """Chains (or EAGLE-2 dynamic trees, `tree`) from an EAGLE head over the target's features.
+
+    tree: None for chains; else (top_k, total_tokens): EAGLE-2 expands, depth by depth, the top_k
+    children of the top_k best nodes by cumulative log-probability, and keeps the total_tokens
+    best nodes of all it drafted (an ancestor scores at least its child, so the kept nodes form a
+    tree). The depth is the step's k.
+    """
+
+    name = "eagle"
+    # Its proposals depend on the target's features of the committed context only; replay has
+    # none, so it is measured by the engine (`measure._needs_engine`).
+    replayable = False
+
+    def __init__(self, head: EagleHead, embedding: nn.Module, target_head: torch.Tensor,
+                 tree: Sequence[int] | None = None):
+        self.head = head
+        self.embedding = embedding
+        self.target_head = target_head
+        self.feature_layers = head.feature_layers
+        if tree is not None and (len(tree) != 2 or min(tree) < 1):
+            raise ValueError(f"eagle tree must be [top_k, total_tokens] with both >= 1, got {list(tree)}")
+        self.tree = None if tree is None else (int(tree[0]), int(tree[1]))
+        self.drafts_trees = self.tree is not None
+
+    @classmethod
+    def from_target(cls, target, vocab_ids=None, path: str = "", tree: Sequence[int] | None = None,
+                    train: dict | None = None) -> EagleDrafter:
+        """The head at `path` for `target`. With `train` (`TrainingRecipe` fields) a missing
+        checkpoint is trained there first (once; concurrent workers wait for it)."""
+        if vocab_ids is not None:
+            raise ValueError("drafter 'eagle' takes its draft vocabulary from its checkpoint: train one with "
+                             "`specsparse train-drafter --vocab-size K` instead of search=tpe_vocab")
+        if not path:
+            raise ValueError("drafter=eagle needs drafter.path=<EAGLE checkpoint directory or Hub id> "
+                             "(`specsparse train-drafter` makes one)")
+        if train is not None and not (Path(path) / "config.json").is_file():
+            from filelock import FileLock  # noqa: PLC0415
+
+            from specsparse.drafters.eagle_training import TrainingRecipe, train_eagle_head  # noqa: PLC0415
+
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(f"{path}.lock"):
+                if not (Path(path) / "config.json").is_file():
+                    train_eagle_head(target, path, TrainingRecipe(**train))
+        model = target.model
+        files = tuple(sorted(checkpoint_sha256(path).items())) if Path(path).is_dir() else ()
+        head = _cached_head(str(path), files, id(model), model.dtype, str(model.device), model.config,
+                            model.config.num_hidden_layers)
+        return cls(head, model.get_input_embeddings(), model.get_output_embeddings().weight, tree)
+
+    @property
+    def feature_size(self) -> int:
+        """Width of the target features the head reads per token."""
+        return self.head.target_hidden_size * len(self.feature_layers)
+
+    @property
+    def feature_dtype(self) -> torch.dtype:
+        return self.head.fc.weight.dtype
+
+    @property
+    def cost_key(self) -> str:
+        config = self.head.config
+        return (f"eagle:{self.head.layout}:h{config.hidden_size}:i{config.intermediate_size}:"
+                f"v{self.head.draft_vocab_size}:tree{self.tree}")
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.context = list(prompt_ids)
+        self.cache = SkipAwareCache(self.head.config)
+        self.pending: list[torch.Tensor] = []  # target features of context positions not yet in the head cache
+        self.done = 0  # context positions whose (feature, next token) pair is in the head cache
+        self.last_state: torch.Tensor | None = None  # predicted feature of the last context token
+
+    def observe_features(self, features: torch.Tensor) -> None:
+        self.pending.append(features)
+
+    def observe(self, committed: list[int], verified_ids: list[int], verified_logits) -> None:
+        self.context.extend(committed)
+
+    def close(self) -> None:
+        self.cache = None
+        self.pending = []
+
+    def _catch_up(self) -> torch.Tensor | None:
+        """Drop the drafts' head states, read the new target features; return the predicted feature
+        [h] of the last context token (None before any feature arrived)."""
+        self.cache.crop_to(self.done)
+        if self.pending:
+            features = torch.cat(self.pending)
+            self.pending = []
+            count = len(features)
+            states = self.head.fuse(features.to(self.head.fc.weight.dtype))
+            tokens = torch.tensor(self.context[self.done + 1 : self.done + 1 + count], device=features.device)
+            positions = torch.arange(self.done, self.done + count, device=features.device)
+            hidden = self.head(states[None], self.embedding(tokens)[None], positions[None], self.cache)
+            self.done += count
+            self.last_state = hidden[0, -1]
+        return self.last_state
+
+    def propose(self, k: int) -> Proposal:
+        with torch.inference_mode():
+            state = self._catch_up()
+            if state is None or k <= 0:
+                return Proposal([])
+            if self.tree is not None:
+                return self._propose_tree(state, k)
+            tokens: list[int] = []
+            for depth in range(k):
+                token = int(self.head.target_ids(self.head.logits(state, self.target_head).argmax()))
+                tokens.append(token)
+                if depth + 1 == k:
+                    break
+                position = torch.tensor([[self.done + depth]], device=state.device)
+                embedded = self.embedding(torch.tensor([[token]], device=state.device))
+                state = self.head(state[None, None], embedded, position, self.cache)[0, -1]
+        return Proposal(tokens)
+
+    def _propose_tree(self, root_state: torch.Tensor, depth_limit: int) -> Proposal:
+        """EAGLE-2's dynamic tree (see the class docstring), parents before children."""
+        top_k, total = self.tree
+        device = root_state.device
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        depths: list[int] = []
+        states = {-1: root_state}  # predicted features of the nodes run through the head (-1: the root)
+        run: list[int] = []  # nodes in the head cache after the context, in cache order
+        frontier = [-1]
+        frontier_scores = torch.zeros(1, device=device)
+        for depth in range(1, depth_limit + 1):
+            logits = self.head.logits(torch.stack([states[n] for n in frontier]), self.target_head)
+            best, ids = torch.log_softmax(logits, dim=-1).topk(min(top_k, logits.shape[-1]), dim=-1)
+            cumulative = (frontier_scores[:, None] + best).flatten()
+            first_new = len(tokens)
+            for (f, j), score in zip(((f, j) for f in range(len(frontier)) for j in range(ids.shape[1])),
+                                     cumulative.tolist()):
+                tokens.append(int(self.head.target_ids(ids[f, j])))
+                parents.append(frontier[f])
+                scores.append(score)
+                depths.append(depth)
+            if depth == depth_limit:
+                break
+            chosen = cumulative.topk(min(top_k, len(cumulative))).indices
+            frontier = [first_new + int(c) for c in chosen]
+            frontier_scores = cumulative[chosen]
+            # Run the frontier: each node reads its parent's predicted feature and its own token,
+            # at the position after its parent, seeing the context and its ancestors' head states.
+            visible = torch.zeros(len(frontier), self.done + len(run) + len(frontier), dtype=torch.bool)
+            visible[:, : self.done] = True
+            for q, node in enumerate(frontier):
+                visible[q, self.done + len(run) + q] = True
+                parent = parents[node]
+                while parent >= 0:
+                    visible[q, self.done + run.index(parent)] = True
+                    parent = parents[parent]
+            outputs = self.head(
+                torch.stack([states[parents[n]] for n in frontier])[None],
+                self.embedding(torch.tensor([[tokens[n] for n in frontier]], device=device)),
+                torch.tensor([[self.done + depth - 1] * len(frontier)], device=device),
+                self.cache, visible[None, None].to(device),
+            )[0]
+            states.update(zip(frontier, outputs))
+            run += frontier
+        # The `total` best nodes; a child never scores above its parent, so they form a tree (ties
+        # keep the earlier node, the parent, first).
+        keep = sorted(sorted(range(len(tokens)), key=lambda i: -scores[i])[:total])
+        index = {old: new for new, old in enumerate(keep)}
+        keep = [i for i in keep if parents[i] < 0 or parents[i] in index]
+        index = {old: new for new, old in enumerate(keep)}
+        return Proposal.tree([tokens[i] for i in keep], [index.get(parents[i], -1) for i in keep])

@@ -1,0 +1,292 @@
+"""EAGLE drafters: checkpoint layouts, lossless chains and trees, feature alignment, training."""
+
+import json
+
+import pytest
+import torch
+from conftest import NUM_LAYERS, skip_sets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import save_file
+from transformers import LlamaConfig
+
+from specsparse.decoding.engine import speculative_generate
+from specsparse.decoding.models import tiny_model
+from specsparse.decoding.session import ModelSession
+from specsparse.decoding.skipping import FINAL_HIDDEN
+from specsparse.drafters.eagle import EagleDrafter, EagleHead, EagleLoadError, eagle3_feature_layers, load_eagle_head
+from specsparse.drafters.eagle_training import TrainingRecipe, train_eagle_head
+from specsparse.types import GenerationConfig
+
+HIDDEN = 48
+
+
+def head_config(vocab_size: int) -> LlamaConfig:
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+
+
+def random_head(target, layout: str, trimmed: bool = False, seed: int = 0) -> EagleHead:
+    torch.manual_seed(seed)
+    vocab = target.config.vocab_size
+    layers = (FINAL_HIDDEN,) if layout == "eagle" else eagle3_feature_layers(NUM_LAYERS)
+    head = EagleHead(head_config(vocab), layout, layers, HIDDEN, fc_bias=layout == "eagle",
+                     draft_to_target=torch.arange(0, vocab, 3) if trimmed else None)
+    return head.eval()
+
+
+def drafter_for(target, head, tree=None) -> EagleDrafter:
+    return EagleDrafter(head, target.get_input_embeddings(), target.get_output_embeddings().weight, tree)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, models):
+    """A head trained for a few seconds on the tiny target's own replies: it drafts well enough
+    that acceptance, trees and cache compaction are exercised."""
+    from specsparse.decoding.models import LoadedModel, tiny_tokenizer
+
+    target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
+    prompts = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"count {i} {i + 1} {i + 2} and say more {i * 7}"}) + "\n"
+                               for i in range(48)))
+    out = train_eagle_head(target, tmp_path_factory.mktemp("eagle") / "head",
+                           TrainingRecipe(prompts=str(prompts), max_new_tokens=48, epochs=30, learning_rate=1e-2,
+                                          batch_size=4))
+    return load_eagle_head(str(out), models[0].config, NUM_LAYERS), json.loads((out / "training.json").read_text())
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout,trimmed", [("eagle", False), ("eagle", True), ("eagle3", False), ("eagle3", True)])
+def test_a_saved_head_loads_back_identically(models, tmp_path, layout, trimmed):
+    head = random_head(models[0], layout, trimmed)
+    head.save(tmp_path)
+    loaded = load_eagle_head(str(tmp_path), models[0].config, NUM_LAYERS)
+    assert loaded.layout == layout and loaded.feature_layers == head.feature_layers
+    assert set(loaded.state_dict()) == set(head.state_dict())
+    for name, tensor in head.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+
+
+def test_official_eagle1_layout_loads(models, tmp_path):
+    """EAGLE-1/2 as released: pytorch_model.bin with fc (bias), layers.0.* without an input norm,
+    the embedding included, and a plain LlamaConfig."""
+    vocab = models[0].config.vocab_size
+    torch.manual_seed(1)
+    state = {"fc.weight": torch.randn(HIDDEN, 2 * HIDDEN), "fc.bias": torch.randn(HIDDEN),
+             "embed_tokens.weight": torch.randn(vocab, HIDDEN),
+             "layers.0.post_attention_layernorm.weight": torch.rand(HIDDEN)}
+    kv = 2 * HIDDEN // 4
+    for name, shape in {"q_proj": (HIDDEN, HIDDEN), "k_proj": (kv, HIDDEN), "v_proj": (kv, HIDDEN),
+                        "o_proj": (HIDDEN, HIDDEN)}.items():
+        state[f"layers.0.self_attn.{name}.weight"] = torch.randn(shape)
+    for name, shape in {"gate_proj": (96, HIDDEN), "up_proj": (96, HIDDEN), "down_proj": (HIDDEN, 96)}.items():
+        state[f"layers.0.mlp.{name}.weight"] = torch.randn(shape)
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    config = head_config(vocab).to_dict() | {"architectures": ["LlamaForCausalLM"], "bias": True}
+    (tmp_path / "config.json").write_text(json.dumps(config, default=str))
+    head = load_eagle_head(str(tmp_path), models[0].config, NUM_LAYERS)
+    assert head.layout == "eagle" and head.feature_layers == (FINAL_HIDDEN,) and head.draft_to_target is None
+    assert torch.equal(head.fc.bias, state["fc.bias"])
+    assert torch.equal(head.self_attn.k_proj.weight, state["layers.0.self_attn.k_proj.weight"])
+    assert torch.equal(head.mlp.down_proj.weight, state["layers.0.mlp.down_proj.weight"])
+
+
+def test_official_eagle3_layout_loads_with_its_draft_vocabulary(models, tmp_path):
+    """EAGLE-3: midlayer.* with 2h attention inputs, fc over 3 fused layers, own norm and head over a
+    draft vocabulary with d2t (target = draft + d2t[draft]) and t2d, config with draft_vocab_size."""
+    vocab = models[0].config.vocab_size
+    used = torch.tensor([2, 3, 5, 8, 13, 21, 34, 55])
+    head = random_head(models[0], "eagle3")
+    state = {("midlayer." + k if k.startswith(("self_attn", "mlp", "post_att", "input_lay", "hidden_norm")) else k): v
+             for k, v in head.state_dict().items() if not k.startswith("rotary") and k != "lm_head.weight"}
+    state["lm_head.weight"] = torch.randn(len(used), HIDDEN)
+    state["d2t"] = used - torch.arange(len(used))
+    state["t2d"] = torch.zeros(vocab, dtype=torch.bool).index_fill_(0, used, True)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    config = head_config(vocab).to_dict() | {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": len(used)}
+    (tmp_path / "config.json").write_text(json.dumps(config, default=str))
+    loaded = load_eagle_head(str(tmp_path), models[0].config, NUM_LAYERS)
+    assert loaded.layout == "eagle3" and loaded.feature_layers == eagle3_feature_layers(NUM_LAYERS)
+    assert loaded.draft_to_target.tolist() == used.tolist()
+    assert loaded.target_ids(torch.tensor([0, 7])).tolist() == [2, 55]
+    assert loaded.self_attn.q_proj.weight.shape == (HIDDEN, 2 * HIDDEN)
+
+
+def test_unusable_checkpoints_fail_in_one_line(models, tmp_path):
+    with pytest.raises(EagleLoadError, match="not a directory"):
+        load_eagle_head(str(tmp_path / "missing"), models[0].config, NUM_LAYERS)
+    random_head(models[0], "eagle").save(tmp_path)
+    other = tiny_model(num_layers=4, hidden_size=HIDDEN, vocab_size=100).model.config
+    with pytest.raises(EagleLoadError, match="100"):
+        load_eagle_head(str(tmp_path), other, NUM_LAYERS)
+    wider = tiny_model(num_layers=4, hidden_size=64).model.config
+    with pytest.raises(EagleLoadError, match="64"):
+        load_eagle_head(str(tmp_path), wider, NUM_LAYERS)
+    with pytest.raises(ValueError, match="drafter.path"):
+        EagleDrafter.from_target(None, path="")
+
+
+# -- lossless decoding --------------------------------------------------------------------------
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    layout=st.sampled_from(["eagle", "eagle3", "trained"]),
+    tree=st.sampled_from([None, (2, 4), (3, 8)]),
+    skip=skip_sets(NUM_LAYERS),
+    k=st.integers(1, 5),
+    prompt=st.lists(st.integers(3, 200), min_size=1, max_size=24),
+)
+def test_eagle_output_equals_target_greedy(models, trained, layout, tree, skip, k, prompt):
+    target = models[0]
+    head = trained[0] if layout == "trained" else random_head(target, layout)
+    config = GenerationConfig(max_new_tokens=24, num_draft_tokens=k, stop_on_eos=False)
+    plain = speculative_generate(target, prompt, None, config, skip)
+    spec = speculative_generate(target, prompt, drafter_for(target, head, tree), config, skip)
+    assert spec.new_token_ids == plain.new_token_ids
+    assert sum(spec.accept_lengths) == len(spec.new_token_ids)
+
+
+def test_trained_head_agrees_with_the_target_and_is_accepted(models, trained):
+    """A random 4-layer target is hard to predict from one layer; training still lifts agreement
+    and acceptance well above an untrained head's, and trees above chains."""
+    head, summary = trained
+    assert summary["history"][-1]["held_out_agreement"] > 0.12
+    assert summary["history"][-1]["held_out_agreement"] > 2 * summary["history"][0]["held_out_agreement"] - 0.05
+    target = models[0]
+    config = GenerationConfig(max_new_tokens=32, num_draft_tokens=4, stop_on_eos=False)
+    from specsparse.decoding.generation import encode_messages
+    from specsparse.decoding.models import tiny_tokenizer
+
+    prompts = [encode_messages(tiny_tokenizer(), f"count {i} {i + 1} {i + 2} and say more {i * 7}") for i in range(60, 66)]
+
+    def mean_accept(head, tree=None):
+        results = [speculative_generate(target, p, drafter_for(target, head, tree), config) for p in prompts]
+        return sum(sum(r.accept_lengths) for r in results) / sum(len(r.accept_lengths) for r in results)
+
+    untrained, chain, tree = mean_accept(random_head(target, "eagle")), mean_accept(head), mean_accept(head, (4, 12))
+    assert chain > untrained + 0.03, (untrained, chain)
+    assert tree > chain, (chain, tree)
+
+
+@pytest.mark.parametrize("skip", [(), (0,), (1, 2)])
+def test_each_first_draft_is_the_heads_prediction_from_the_committed_features(models, trained, skip):
+    """Feature alignment: at every step the first draft is what the head predicts when run once,
+    teacher-forced, over the (sparse) target's features of the whole committed context."""
+    target, head = models[0], trained[0]
+    proposals: list[tuple[int, int]] = []  # (context length, first draft)
+
+    class Recording(EagleDrafter):
+        def propose(self, k):
+            proposal = super().propose(k)
+            if proposal.tokens:
+                proposals.append((len(self.context), proposal.tokens[0]))
+            return proposal
+
+    prompt = list(range(7, 27))
+    config = GenerationConfig(max_new_tokens=32, num_draft_tokens=3, stop_on_eos=False)
+    result = speculative_generate(target, prompt, Recording(head, target.get_input_embeddings(),
+                                                             target.get_output_embeddings().weight), config, skip)
+    sequence = prompt + list(result.new_token_ids)
+    session = ModelSession(target, skip, head.feature_layers)
+    with torch.inference_mode():
+        session.hidden_states(sequence)
+        n = len(sequence) - 1
+        states = head.fuse(session.features[:n])
+        predicted = head(states[None], target.get_input_embeddings()(torch.tensor(sequence[1:]))[None],
+                         torch.arange(n)[None])[0]
+        logits = head.logits(predicted, target.get_output_embeddings().weight)
+    assert len(proposals) >= 8
+    for length, token in proposals:
+        row = logits[length - 2]
+        expected = int(head.target_ids(row.argmax()))
+        top2 = row.topk(2).values
+        assert token == expected or float(top2[0] - top2[1]) < 1e-4, (length, token, expected)
+
+
+def test_features_of_a_skipped_layer_are_the_stream_passing_it(models):
+    """The stream entering layer l under a skip set equals that of the model with the skipped
+    layers physically removed, at the kept layer it flows into."""
+    from conftest import physically_removed
+
+    target = models[0]
+    ids = list(range(3, 20))
+    session = ModelSession(target, (1, 2), (0, 1, 2, 3, FINAL_HIDDEN))
+    session.hidden_states(ids)
+    pruned = physically_removed(target, (1, 2))
+    with torch.inference_mode():
+        hf = pruned(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    width = target.config.hidden_size
+    parts = session.features.split(width, dim=-1)
+    torch.testing.assert_close(parts[0], hf[0][0])  # entering layer 0: the embeddings
+    torch.testing.assert_close(parts[1], hf[1][0])  # entering 1 (skipped) = entering 2 (skipped) = entering 3
+    torch.testing.assert_close(parts[2], hf[1][0])
+    torch.testing.assert_close(parts[3], hf[1][0])
+    torch.testing.assert_close(parts[4], hf[-1][0])  # final norm output
+
+
+# -- training -----------------------------------------------------------------------------------
+def test_an_interrupted_training_resumes_to_the_same_head(models, tmp_path, monkeypatch):
+    from specsparse.decoding.models import LoadedModel, tiny_tokenizer
+    from specsparse.drafters import eagle_training
+
+    target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"tell {i} things"}) + "\n" for i in range(12)))
+    recipe = TrainingRecipe(prompts=str(prompts), max_new_tokens=12, epochs=3, batch_size=4, vocab_size=40)
+    straight = train_eagle_head(target, tmp_path / "straight", recipe)
+
+    real_epoch = eagle_training.Trainer.train_epoch
+    calls = []
+
+    def interrupted(self, data, bar):
+        calls.append(self.epoch)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_epoch(self, data, bar)
+
+    monkeypatch.setattr(eagle_training.Trainer, "train_epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_eagle_head(target, tmp_path / "resumed", recipe)
+    assert (tmp_path / "resumed" / "resume.pt").is_file() and not (tmp_path / "resumed" / "config.json").exists()
+    monkeypatch.setattr(eagle_training.Trainer, "train_epoch", real_epoch)
+    resumed = train_eagle_head(target, tmp_path / "resumed", recipe)
+    a = load_eagle_head(str(straight), models[0].config, NUM_LAYERS)
+    b = load_eagle_head(str(resumed), models[0].config, NUM_LAYERS)
+    assert a.draft_vocab_size == 40
+    for name, tensor in a.state_dict().items():
+        torch.testing.assert_close(tensor, b.state_dict()[name], rtol=0, atol=0, msg=name)
+    history = json.loads((resumed / "training.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert not (resumed / "resume.pt").exists()
+
+
+@pytest.mark.parametrize("tree", [(2, 6), (3, 12), (4, 40)])
+def test_every_tree_node_is_a_top_k_child_of_its_path_run_as_a_chain(models, trained, tree):
+    """The head's tree forward (mask, positions, cache order) against each node's ancestors run as
+    a plain chain: a node's token is among the top_k tokens the head predicts after its path."""
+    target, head = models[0], trained[0]
+    prompt = list(range(9, 40))
+    session = ModelSession(target, (), head.feature_layers)
+    session.hidden_states(prompt[:-1])
+    drafter = drafter_for(target, head, tree)
+    drafter.begin(prompt)
+    drafter.observe_features(session.features)
+    proposal = drafter.propose(4)
+    assert len(proposal.tokens) > 1 and proposal.parents is not None
+    embed = target.get_input_embeddings()
+    for node, token in enumerate(proposal.tokens):
+        path = []
+        parent = proposal.parents[node]
+        while parent >= 0:
+            path.insert(0, proposal.tokens[parent])
+            parent = proposal.parents[parent]
+        chain = drafter_for(target, head)
+        chain.begin(prompt)
+        chain.observe_features(session.features)
+        with torch.inference_mode():
+            state = chain._catch_up()
+            for depth, step_token in enumerate(path):
+                state = head(state[None, None], embed(torch.tensor([[step_token]])),
+                             torch.tensor([[chain.done + depth]]), chain.cache)[0, -1]
+            logits = head.logits(state, target.get_output_embeddings().weight)
+        top = head.target_ids(logits.topk(tree[0]).indices).tolist()
+        assert token in top, (node, path, token, top)

@@ -264,7 +264,8 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
     defaults = TrainingRecipe()
     p.add_argument("--output", required=True, metavar="DIR", help="checkpoint directory (drafter.path)")
     p.add_argument("--model", default="smollm2-135m", help="target: any model source run.py accepts")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", help="the target's dtype (the head trains in float32)")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--prompts", default=defaults.prompts, metavar="builtin|FILE.jsonl",
                    help="builtin: the built-in sets' calibration splits (their test splits stay held out); or a "
                         "JSONL of {\"prompt\": str} / {\"turns\": [str]}")
@@ -303,7 +304,7 @@ def run_train_drafter(args: argparse.Namespace) -> int:
     )
     try:
         recipe.check()
-        loaded = load_model(args.model, dtype=args.dtype)
+        loaded = load_model(args.model, dtype=args.dtype, device=args.device)
         output = train_eagle_head(loaded, args.output, recipe)
     except (ModelLoadError, ValueError) as err:
         return fail(first_line(err))

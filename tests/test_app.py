@@ -74,6 +74,12 @@ def _companions(group: str, option: str) -> list[str]:
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_group_option_validates(group, option, tmp_path, tiny):
     overrides = [f"{group}={option}", "model=tiny" if group != "model" else "", *_companions(group, option)]
+    if (group, option) == ("drafter", "eagle"):  # a checkpoint for the tiny model
+        from specsparse.drafters.eagle import EagleHead
+        from specsparse.drafters.eagle_training import head_config
+
+        EagleHead(head_config(tiny.model.config)).save(tmp_path / "eagle")
+        overrides.append(f"drafter.path={tmp_path / 'eagle'}")
     plan = plan_for([o for o in overrides if o], tmp_path)
     if group == "model":
         assert plan.model.name == option and plan.model.num_layers and plan.model.vocab_size

@@ -106,6 +106,8 @@ class Drafter:
     # Proposals may be trees (`Proposal.parents`): greedy verification only, and the engine measures
     # them when the drafter is not replayable (lockstep batches take chains).
     drafts_trees: bool = False
+    # Drafts through an LM head that a trimmed vocabulary (`vocab_ids`, search=tpe_vocab) can cut.
+    trims_vocabulary: bool = False
     # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
     # final-norm output), or None.
     feature_layers: tuple[int, ...] | None = None
@@ -117,9 +119,14 @@ class Drafter:
         if vocab_ids is not None:
             raise ValueError(
                 f"drafter {cls.name!r} has no LM head, so it cannot use a trimmed vocabulary: "
-                "use drafter=self_skip or drafter=draft_model for vocabulary trimming"
+                "use drafter=self_skip, drafter=draft_model or drafter=eagle for vocabulary trimming"
             )
         return cls(**options)
+
+    def head_shape(self) -> tuple[int, int, float]:
+        """For drafters with an LM head: (full vocabulary, hidden size, matmul FLOPs per drafted
+        token outside the head), which the vocabulary search's latency model prices."""
+        raise ValueError(f"drafter {self.name!r} has no LM head: vocabulary search needs self_skip, draft_model or eagle")
 
     @property
     def cost_key(self) -> str:
@@ -131,9 +138,11 @@ class Drafter:
         """Forget state carried across requests."""
 
     def replay_drafters(
-        self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], batch_size: int
+        self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], batch_size: int,
+        skip_layers: Sequence[int] = (),
     ) -> list[Drafter]:
-        """One drafter per prompt for replaying it over the target's greedy `continuations`.
+        """One drafter per prompt for replaying it over the target's greedy `continuations` (generated
+        under the target's `skip_layers`).
 
         Context-only drafters restart on `begin`, so this one instance serves every prompt in turn.
         """

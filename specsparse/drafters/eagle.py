@@ -22,16 +22,16 @@ Proposals are chains, or with `tree` set EAGLE-2's dynamic trees (see `EagleDraf
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import LlamaConfig
+from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache
 from specsparse.drafters.base import Drafter, Proposal
 from specsparse.util import checkpoint_sha256
@@ -131,12 +131,19 @@ class EagleHead(nn.Module):
         hidden = residual + attention
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
-    def logits(self, hidden: torch.Tensor, target_head: torch.Tensor) -> torch.Tensor:
-        """Float logits over the draft vocabulary from predicted features [..., h]."""
+    def head_weight(self, target_head: torch.Tensor) -> torch.Tensor | None:
+        """The LM head rows "eagle" drafts with: the target's, trimmed to the draft vocabulary
+        (None for "eagle3", which has its own head)."""
+        if self.layout == "eagle3":
+            return None
+        return target_head if self.draft_to_target is None else target_head[self.draft_to_target].contiguous()
+
+    def logits(self, hidden: torch.Tensor, head_weight: torch.Tensor | None) -> torch.Tensor:
+        """Float logits over the draft vocabulary from predicted features [..., h] (`head_weight`:
+        from `head_weight`)."""
         if self.layout == "eagle3":
             return self.lm_head(self.norm(hidden)).float()
-        weight = target_head if self.draft_to_target is None else target_head[self.draft_to_target]
-        return nn.functional.linear(hidden, weight).float()
+        return nn.functional.linear(hidden, head_weight).float()
 
     def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
@@ -276,46 +283,64 @@ def load_eagle_head(source: str, target_config, num_target_layers: int) -> Eagle
     return head.eval()
 
 
-@functools.lru_cache(maxsize=4)
-def _cached_head(source: str, files: tuple, target_id: int, dtype: torch.dtype, device: str, target_config,
-                 num_layers: int) -> EagleHead:
-    """A head loaded once per process per (checkpoint files, target); `files` keys a retrained one anew."""
-    return load_eagle_head(source, target_config, num_layers).to(device=device, dtype=dtype)
+def _cached_head(source: str, model: PreTrainedModel) -> EagleHead:
+    """The head at `source` for `model`, loaded once per process (kept on the model, keyed by the
+    checkpoint's file hashes so a retrained one loads anew)."""
+    files = tuple(sorted(checkpoint_sha256(source).items())) if Path(source).is_dir() else ()
+    heads = model.__dict__.setdefault("_specsparse_eagle_heads", {})
+    if (source, files) not in heads:
+        head = load_eagle_head(source, model.config, model.config.num_hidden_layers)
+        heads[(source, files)] = head.to(device=model.device, dtype=model.dtype)
+    return heads[(source, files)]
 
 
 class EagleDrafter(Drafter):
     """Chains (or EAGLE-2 dynamic trees, `tree`) from an EAGLE head over the target's features.
 
-    tree: None for chains; else (top_k, total_tokens): EAGLE-2 expands, depth by depth, the top_k
-    children of the top_k best nodes by cumulative log-probability, and keeps the total_tokens
-    best nodes of all it drafted (an ancestor scores at least its child, so the kept nodes form a
-    tree). The depth is the step's k.
+    tree: (top_k, total_tokens) for EAGLE-2's dynamic trees: depth by depth the top_k children of
+    the top_k best nodes by cumulative log-probability, keeping the total_tokens best nodes of all
+    it drafted (an ancestor scores at least its child, so the kept nodes form a tree).
+    tree_choices: a static tree, as EAGLE-1's choice lists: paths of child ranks from the root
+    ([[0], [1], [0, 0]]: the top two tokens, and the top token after the first).
+    Neither: chains. A tree is at most the step's k deep.
     """
 
     name = "eagle"
-    # Its proposals depend on the target's features of the committed context only; replay has
-    # none, so it is measured by the engine (`measure._needs_engine`).
-    replayable = False
+    trims_vocabulary = True  # EAGLE-1/2 heads draft through the target's LM head rows
+    # Proposals depend on the committed context and the target's features of it, which a greedy
+    # continuation fixes: replay computes them in one forward per sequence (`replay_drafters`).
+    replayable = True
 
-    def __init__(self, head: EagleHead, embedding: nn.Module, target_head: torch.Tensor,
-                 tree: Sequence[int] | None = None):
+    def __init__(self, head: EagleHead, target: PreTrainedModel, tree: Sequence[int] | None = None,
+                 vocab_ids: Sequence[int] | None = None, tree_choices: Sequence[Sequence[int]] | None = None):
         self.head = head
-        self.embedding = embedding
-        self.target_head = target_head
+        self.target = target
+        self.embedding = target.get_input_embeddings()
         self.feature_layers = head.feature_layers
+        target_head = target.get_output_embeddings().weight
+        self.vocab_ids = None if vocab_ids is None else sorted({int(i) for i in vocab_ids})
+        if self.vocab_ids is None:
+            self.draft_to_target = head.draft_to_target
+            self.head_weight = head.head_weight(target_head)
+        else:  # a trimmed vocabulary chosen outside the checkpoint (search=tpe_vocab): rows of the target's head
+            if head.layout != "eagle" or head.draft_to_target is not None:
+                raise ValueError("only an EAGLE-1/2 head with the full vocabulary drafts from a trimmed vocabulary "
+                                 "(EAGLE-3 heads and trained-trimmed heads have their own)")
+            self.draft_to_target = torch.tensor(self.vocab_ids, device=target_head.device)
+            self.head_weight = target_head[self.draft_to_target].contiguous()
         if tree is not None and (len(tree) != 2 or min(tree) < 1):
             raise ValueError(f"eagle tree must be [top_k, total_tokens] with both >= 1, got {list(tree)}")
+        if tree is not None and tree_choices is not None:
+            raise ValueError("give drafter.tree (dynamic) or drafter.tree_choices (static), not both")
         self.tree = None if tree is None else (int(tree[0]), int(tree[1]))
-        self.drafts_trees = self.tree is not None
+        self.tree_choices = None if tree_choices is None else _check_choices(tree_choices)
+        self.drafts_trees = self.tree is not None or self.tree_choices is not None
 
     @classmethod
     def from_target(cls, target, vocab_ids=None, path: str = "", tree: Sequence[int] | None = None,
-                    train: dict | None = None) -> EagleDrafter:
+                    tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> EagleDrafter:
         """The head at `path` for `target`. With `train` (`TrainingRecipe` fields) a missing
         checkpoint is trained there first (once; concurrent workers wait for it)."""
-        if vocab_ids is not None:
-            raise ValueError("drafter 'eagle' takes its draft vocabulary from its checkpoint: train one with "
-                             "`specsparse train-drafter --vocab-size K` instead of search=tpe_vocab")
         if not path:
             raise ValueError("drafter=eagle needs drafter.path=<EAGLE checkpoint directory or Hub id> "
                              "(`specsparse train-drafter` makes one)")
@@ -329,10 +354,21 @@ class EagleDrafter(Drafter):
                 if not (Path(path) / "config.json").is_file():
                     train_eagle_head(target, path, TrainingRecipe(**train))
         model = target.model
-        files = tuple(sorted(checkpoint_sha256(path).items())) if Path(path).is_dir() else ()
-        head = _cached_head(str(path), files, id(model), model.dtype, str(model.device), model.config,
-                            model.config.num_hidden_layers)
-        return cls(head, model.get_input_embeddings(), model.get_output_embeddings().weight, tree)
+        head = _cached_head(str(path), model)
+        return cls(head, model, tree, vocab_ids, tree_choices)
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head it drafts with."""
+        return self.head.draft_vocab_size if self.draft_to_target is None else len(self.draft_to_target)
+
+    def head_shape(self) -> tuple[int, int, float]:
+        body = sum(p.numel() for name, p in self.head.named_parameters() if not name.startswith("lm_head"))
+        vocab, hidden = self.target.get_output_embeddings().weight.shape
+        return vocab, hidden, 2.0 * body
+
+    def _target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
 
     @property
     def feature_size(self) -> int:
@@ -347,7 +383,20 @@ class EagleDrafter(Drafter):
     def cost_key(self) -> str:
         config = self.head.config
         return (f"eagle:{self.head.layout}:h{config.hidden_size}:i{config.intermediate_size}:"
-                f"v{self.head.draft_vocab_size}:tree{self.tree}")
+                f"v{self.vocab_size}:tree{self.tree}:choices{self.tree_choices}")
+
+    def replay_drafters(self, prompts, continuations, batch_size, skip_layers=()) -> list[Drafter]:
+        """Drafters fed with the (sparse) target's features of prompt + continuation, computed in one
+        forward per sequence, as the engine's verification forwards would give them (up to float
+        summation order)."""
+        drafters: list[Drafter] = []
+        with torch.inference_mode():
+            for prompt, continuation in zip(prompts, continuations):
+                session = ModelSession(self.target, tuple(skip_layers), self.feature_layers)
+                session.hidden_states([*prompt, *continuation])
+                drafter = EagleDrafter(self.head, self.target, self.tree, self.vocab_ids, self.tree_choices)
+                drafters.append(FeatureReplayDrafter(drafter, session.features))
+        return drafters
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.context = list(prompt_ids)
@@ -387,11 +436,11 @@ class EagleDrafter(Drafter):
             state = self._catch_up()
             if state is None or k <= 0:
                 return Proposal([])
-            if self.tree is not None:
+            if self.drafts_trees:
                 return self._propose_tree(state, k)
             tokens: list[int] = []
             for depth in range(k):
-                token = int(self.head.target_ids(self.head.logits(state, self.target_head).argmax()))
+                token = int(self._target_ids(self.head.logits(state, self.head_weight).argmax()))
                 tokens.append(token)
                 if depth + 1 == k:
                     break
@@ -401,33 +450,46 @@ class EagleDrafter(Drafter):
         return Proposal(tokens)
 
     def _propose_tree(self, root_state: torch.Tensor, depth_limit: int) -> Proposal:
-        """EAGLE-2's dynamic tree (see the class docstring), parents before children."""
-        top_k, total = self.tree
+        """A dynamic (EAGLE-2) or static (`tree_choices`) tree, depth by depth, parents before children."""
         device = root_state.device
         tokens: list[int] = []
         parents: list[int] = []
         scores: list[float] = []
-        depths: list[int] = []
+        ranks: list[tuple[int, ...]] = []  # each node's path of child ranks from the root (static trees)
         states = {-1: root_state}  # predicted features of the nodes run through the head (-1: the root)
         run: list[int] = []  # nodes in the head cache after the context, in cache order
         frontier = [-1]
-        frontier_scores = torch.zeros(1, device=device)
         for depth in range(1, depth_limit + 1):
-            logits = self.head.logits(torch.stack([states[n] for n in frontier]), self.target_head)
-            best, ids = torch.log_softmax(logits, dim=-1).topk(min(top_k, logits.shape[-1]), dim=-1)
-            cumulative = (frontier_scores[:, None] + best).flatten()
-            first_new = len(tokens)
-            for (f, j), score in zip(((f, j) for f in range(len(frontier)) for j in range(ids.shape[1])),
-                                     cumulative.tolist()):
-                tokens.append(int(self.head.target_ids(ids[f, j])))
-                parents.append(frontier[f])
-                scores.append(score)
-                depths.append(depth)
-            if depth == depth_limit:
+            path = lambda node: () if node < 0 else ranks[node]  # noqa: E731
+            if self.tree_choices is None:
+                children = {f: range(self.tree[0]) for f in frontier}
+            else:
+                children = {f: sorted(c[-1] for c in self.tree_choices if len(c) == depth and c[:-1] == path(f))
+                            for f in frontier}
+            width = max((max(r) + 1 for r in children.values() if r), default=0)
+            if width == 0:
                 break
-            chosen = cumulative.topk(min(top_k, len(cumulative))).indices
-            frontier = [first_new + int(c) for c in chosen]
-            frontier_scores = cumulative[chosen]
+            logits = self.head.logits(torch.stack([states[n] for n in frontier]), self.head_weight)
+            best, ids = torch.log_softmax(logits, dim=-1).topk(min(width, logits.shape[-1]), dim=-1)
+            first_new = len(tokens)
+            for f, node in enumerate(frontier):
+                base = 0.0 if node < 0 else scores[node]
+                for j in children[node]:
+                    if j < ids.shape[1]:
+                        tokens.append(int(self._target_ids(ids[f, j])))
+                        parents.append(node)
+                        scores.append(base + float(best[f, j]))
+                        ranks.append((*path(node), j))
+            new = list(range(first_new, len(tokens)))
+            if depth == depth_limit or not new:
+                break
+            if self.tree_choices is None:  # expand the top_k best new nodes
+                frontier = sorted(new, key=lambda i: -scores[i])[: self.tree[0]]
+            else:  # expand the new nodes the choice list continues
+                frontier = [i for i in new if any(len(c) > depth and tuple(c[:depth]) == ranks[i]
+                                                  for c in self.tree_choices)]
+            if not frontier:
+                break
             # Run the frontier: each node reads its parent's predicted feature and its own token,
             # at the position after its parent, seeing the context and its ancestors' head states.
             visible = torch.zeros(len(frontier), self.done + len(run) + len(frontier), dtype=torch.bool)
@@ -446,10 +508,52 @@ class EagleDrafter(Drafter):
             )[0]
             states.update(zip(frontier, outputs))
             run += frontier
+        if self.tree_choices is not None:
+            return Proposal.tree(tokens, parents)
         # The `total` best nodes; a child never scores above its parent, so they form a tree (ties
         # keep the earlier node, the parent, first).
-        keep = sorted(sorted(range(len(tokens)), key=lambda i: -scores[i])[:total])
+        keep = sorted(sorted(range(len(tokens)), key=lambda i: -scores[i])[: self.tree[1]])
         index = {old: new for new, old in enumerate(keep)}
         keep = [i for i in keep if parents[i] < 0 or parents[i] in index]
         index = {old: new for new, old in enumerate(keep)}
         return Proposal.tree([tokens[i] for i in keep], [index.get(parents[i], -1) for i in keep])
+
+
+def _check_choices(choices: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """A static tree's choice list: paths of child ranks, each path's prefixes listed too."""
+    paths = [tuple(int(r) for r in c) for c in choices]
+    if not paths or any(not p or min(p) < 0 for p in paths):
+        raise ValueError("eagle tree_choices must be non-empty paths of child ranks >= 0, e.g. [[0], [1], [0, 0]]")
+    missing = [list(p) for p in paths if len(p) > 1 and p[:-1] not in set(paths)]
+    if missing:
+        raise ValueError(f"eagle tree_choices {missing[:3]} continue paths that are not listed: list every prefix")
+    return paths
+
+
+class FeatureReplayDrafter(Drafter):
+    """An EAGLE drafter replayed over a known continuation: it is given the target's features of
+    each context position from `features` [prompt + continuation, F], as the engine would give them."""
+
+    name = "eagle_replay"
+
+    def __init__(self, drafter: EagleDrafter, features: torch.Tensor):
+        self.drafter = drafter
+        self.features = features
+        self.drafts_trees = drafter.drafts_trees
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.drafter.begin(prompt_ids)
+        self.length = len(prompt_ids)
+        self.drafter.observe_features(self.features[: self.length - 1])
+
+    def propose(self, k: int) -> Proposal:
+        return self.drafter.propose(k)
+
+    def observe(self, committed: list[int], verified_ids: list[int], verified_logits) -> None:
+        # The step's kept inputs: the last context token and the accepted drafts.
+        self.drafter.observe_features(self.features[self.length - 1 : self.length - 1 + len(committed)])
+        self.length += len(committed)
+        self.drafter.observe(committed, verified_ids, verified_logits)
+
+    def close(self) -> None:
+        self.drafter.close()

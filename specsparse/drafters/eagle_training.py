@@ -1,12 +1,15 @@
 """Train an EAGLE head ("eagle" layout) for a target by self-distillation (`specsparse train-drafter`).
 
 Data: the target's own greedy replies to training prompts (the built-in sets' calibration splits by
-default, so their test splits stay held out; or a JSONL of prompts), generated in lockstep batches.
+default, so their test splits stay held out; or a JSONL of prompts), generated in lockstep batches,
+and optionally more replies per prompt sampled from it (`sampled_replies`): a few hundred prompts
+give little data, and teacher forcing makes any text of the target's an exact distillation target.
 The target's final-norm features of every position of prompt + reply are the regression targets.
 
 Losses, as EAGLE-1: smooth-L1 between the predicted and the target's next feature, plus 0.1 x the
 cross-entropy between the target's next-token distribution and the head's (both through the
-target's LM head, trimmed to the draft vocabulary with `vocab_size`). The embedding and the LM head
+target's LM head, trimmed to the draft vocabulary with `vocab_size`), on the positions that predict
+reply tokens (EAGLE masks all but the assistant's turns; `prompt_loss_weight` weighs the prompt's). The embedding and the LM head
 are the target's and stay frozen; input features get uniform noise (EAGLE's width 0.2).
 Deviations, for a few hundred prompts instead of ShareGPT's 68k conversations: learning rate 1e-3
 (EAGLE: 3e-5) with a linear warm-up and cosine decay, and 10% of the sequences held out to report
@@ -53,6 +56,8 @@ class TrainingRecipe:
 
     prompts: str = "builtin"  # builtin (the built-in calibration splits) or a JSONL of prompts
     max_new_tokens: int = 128
+    sampled_replies: int = 0  # more replies per prompt, sampled (HF generate) at `temperature`: more, varied data
+    temperature: float = 0.8
     epochs: int = 10
     learning_rate: float = 1e-3
     batch_size: int = 8  # sequences per optimiser step
@@ -60,11 +65,15 @@ class TrainingRecipe:
     vocab_size: int | None = None  # trimmed draft vocabulary: the k most frequent tokens of the data
     vocab_file: str | None = None  # or the ids in a JSON list (e.g. a TPE search's pick)
     feature_noise: float = 0.2
+    token_loss_weight: float = 0.1  # EAGLE-1's weight of the cross-entropy against the feature loss
+    prompt_loss_weight: float = 0.0  # EAGLE trains on the assistant's replies only
     seed: int = 0
 
     def check(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.max_length < 8:
             raise ValueError("epochs, batch size and max new tokens must be >= 1 and max length >= 8")
+        if self.sampled_replies < 0 or (self.sampled_replies and not self.temperature > 0):
+            raise ValueError("sampled replies must be >= 0, with a positive temperature")
         if not self.learning_rate > 0:
             raise ValueError(f"learning rate must be positive, got {self.learning_rate}")
         if self.vocab_size is not None and self.vocab_file is not None:
@@ -86,18 +95,50 @@ def training_prompts(target: LoadedModel, source: str) -> list[list[int]]:
     return [encode_messages(target.tokenizer, record.turns[0]) for record in read_prompt_records(source)]
 
 
-def generate_data(target: LoadedModel, recipe: TrainingRecipe, batch_size: int = 16) -> list[list[int]]:
-    """Prompt + the target's greedy reply, per training prompt."""
+def generate_data(target: LoadedModel, recipe: TrainingRecipe, batch_size: int = 16) -> list[dict]:
+    """{"tokens": prompt + a reply of the target, "prompt_length"}: per training prompt its greedy reply
+    (lockstep batches), then `sampled_replies` sampled ones (HF generate, left-padded batches)."""
     prompts = training_prompts(target, recipe.prompts)
     config = GenerationConfig(max_new_tokens=recipe.max_new_tokens, num_draft_tokens=0)
     with tqdm(total=len(prompts), desc="target replies", unit="prompt") as bar:
         results = generate_batch(target.model, prompts, None, config, (), target.eos_token_ids, batch_size,
                                  on_done=lambda _: bar.update())
-    return [(list(p) + list(r.new_token_ids))[: recipe.max_length] for p, r in zip(prompts, results)]
+    replies = [(p, list(r.new_token_ids)) for p, r in zip(prompts, results)]
+    if recipe.sampled_replies:
+        replies += sampled_replies(target, prompts, recipe, batch_size)
+    return [{"tokens": (list(p) + reply)[: recipe.max_length], "prompt_length": len(p)} for p, reply in replies]
 
 
-def draft_vocabulary(sequences: Sequence[Sequence[int]], recipe: TrainingRecipe, vocab_size: int) -> torch.Tensor | None:
-    """The draft vocabulary's target ids, ascending (None: the full vocabulary)."""
+def sampled_replies(target: LoadedModel, prompts: Sequence[Sequence[int]], recipe: TrainingRecipe,
+                    batch_size: int) -> list[tuple[Sequence[int], list[int]]]:
+    """`recipe.sampled_replies` sampled replies per prompt (temperature `recipe.temperature`)."""
+    model = target.model
+    eos = list(target.eos_token_ids)
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
+    torch.manual_seed(recipe.seed)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths pad little
+    out: list[tuple[Sequence[int], list[int]]] = []
+    with tqdm(total=len(prompts), desc="sampled replies", unit="prompt") as bar, torch.inference_mode():
+        for first in range(0, len(order), batch_size):
+            group = [prompts[i] for i in order[first : first + batch_size]]
+            width = max(len(p) for p in group)
+            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in group], device=model.device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=model.device)
+            generated = model.generate(
+                input_ids=ids, attention_mask=mask, do_sample=True, temperature=recipe.temperature, top_k=0,
+                top_p=1.0, max_new_tokens=recipe.max_new_tokens, num_return_sequences=recipe.sampled_replies,
+                pad_token_id=pad, eos_token_id=eos or None,
+            )[:, width:].tolist()
+            for row, reply in enumerate(generated):
+                stop = next((i + 1 for i, token in enumerate(reply) if token in eos), len(reply))
+                out.append((group[row // recipe.sampled_replies], reply[:stop]))
+            bar.update(len(group))
+    return out
+
+
+def draft_vocabulary(replies: Sequence[Sequence[int]], recipe: TrainingRecipe, vocab_size: int) -> torch.Tensor | None:
+    """The draft vocabulary's target ids, ascending (None: the full vocabulary): `vocab_file`'s, or
+    the `vocab_size` most frequent tokens of the target's replies."""
     if recipe.vocab_file is not None:
         ids = sorted({int(i) for i in json.loads(Path(recipe.vocab_file).read_text())})
         if not ids or ids[0] < 0 or ids[-1] >= vocab_size:
@@ -105,7 +146,7 @@ def draft_vocabulary(sequences: Sequence[Sequence[int]], recipe: TrainingRecipe,
         return torch.tensor(ids)
     if recipe.vocab_size is None or recipe.vocab_size >= vocab_size:
         return None
-    counts = Counter(token for sequence in sequences for token in sequence)
+    counts = Counter(token for reply in replies for token in reply)
     ranked = [token for token, _ in counts.most_common(recipe.vocab_size)]
     return torch.tensor(sorted(ranked))
 
@@ -126,7 +167,7 @@ def target_features(target: LoadedModel, sequences: Sequence[Sequence[int]]) -> 
         for sequence in tqdm(sequences, desc="target features", unit="seq"):
             session = ModelSession(target.model, (), (FINAL_HIDDEN,))
             session.hidden_states(sequence)
-            features.append(session.features.float().clone())
+            features.append(session.features.float().cpu())
     return features
 
 
@@ -137,7 +178,7 @@ class Trainer:
                  total_steps: int):
         self.head = head
         self.embedding = embedding
-        self.target_head = target_head.detach().float()
+        self.head_weight = head.head_weight(target_head.detach().float())
         self.recipe = recipe
         self.optimizer = torch.optim.AdamW(head.parameters(), lr=recipe.learning_rate, betas=(0.9, 0.95))
         warmup = max(1, total_steps // 20)
@@ -149,30 +190,39 @@ class Trainer:
         self.history: list[dict] = []
         self.generator = torch.Generator().manual_seed(recipe.seed)
 
-    def losses(self, batch: list[tuple[torch.Tensor, torch.Tensor]], noise: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(feature loss, token loss, top-1 agreements and positions) of one padded batch."""
-        width = max(len(tokens) for _, tokens in batch) - 1
+    def losses(self, batch: list[Sequence], noise: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(feature loss, token loss, top-1 agreement at each reply position) of one padded batch of
+        (features, tokens, prompt length). Position j reads (f_j, x_{j+1}) and predicts f_{j+1}; the
+        positions predicting reply tokens (j >= prompt length - 2) weigh 1, the prompt's
+        `prompt_loss_weight`."""
+        width = max(len(tokens) for _, tokens, _ in batch) - 1
         hidden = batch[0][0].shape[-1]
         states = torch.zeros(len(batch), width, hidden)
         targets = torch.zeros(len(batch), width, hidden)
         next_tokens = torch.zeros(len(batch), width, dtype=torch.long)
-        mask = torch.zeros(len(batch), width, dtype=torch.bool)
-        for row, (features, tokens) in enumerate(batch):
+        weights = torch.zeros(len(batch), width)
+        for row, (features, tokens, prompt_length) in enumerate(batch):
             n = len(tokens) - 1
             states[row, :n], targets[row, :n] = features[:-1], features[1:]
             next_tokens[row, :n] = tokens[1:]
-            mask[row, :n] = True
+            reply = max(prompt_length - 2, 0)
+            weights[row, :reply] = self.recipe.prompt_loss_weight
+            weights[row, reply:n] = 1.0
         if noise and self.recipe.feature_noise > 0:
             states = states + (torch.rand(states.shape, generator=self.generator) - 0.5) * self.recipe.feature_noise
-        positions = torch.arange(width).expand(len(batch), width)
+        device = self.head.fc.weight.device
+        states, targets, next_tokens, weights = (t.to(device) for t in (states, targets, next_tokens, weights))
+        positions = torch.arange(width, device=device).expand(len(batch), width)
         predicted = self.head(states, self.embedding(next_tokens).float(), positions)
-        predicted, targets = predicted[mask], targets[mask]
-        feature_loss = nn.functional.smooth_l1_loss(predicted, targets)
+        used = weights > 0
+        predicted, targets, weights = predicted[used], targets[used], weights[used]
+        weight_sum = weights.sum().clamp(min=1e-6)
+        feature_loss = (nn.functional.smooth_l1_loss(predicted, targets, reduction="none").mean(-1) * weights).sum() / weight_sum
         with torch.no_grad():
-            target_probs = torch.softmax(self.head.logits(targets, self.target_head), dim=-1)
-        log_probs = torch.log_softmax(self.head.logits(predicted, self.target_head), dim=-1)
-        token_loss = -(target_probs * log_probs).sum(-1).mean()
-        agreement = (log_probs.argmax(-1) == target_probs.argmax(-1)).float()
+            target_probs = torch.softmax(self.head.logits(targets, self.head_weight), dim=-1)
+        log_probs = torch.log_softmax(self.head.logits(predicted, self.head_weight), dim=-1)
+        token_loss = (-(target_probs * log_probs).sum(-1) * weights).sum() / weight_sum
+        agreement = (log_probs.argmax(-1) == target_probs.argmax(-1)).float()[weights == 1.0]
         return feature_loss, token_loss, agreement
 
     def train_epoch(self, data, bar) -> dict:
@@ -183,7 +233,7 @@ class Trainer:
         self.head.train()
         for first in range(0, len(order), self.recipe.batch_size):
             feature_loss, token_loss, _ = self.losses([data[i] for i in order[first : first + self.recipe.batch_size]], True)
-            loss = feature_loss + 0.1 * token_loss
+            loss = feature_loss + self.recipe.token_loss_weight * token_loss
             self.optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_value_(self.head.parameters(), 0.5)
@@ -198,7 +248,8 @@ class Trainer:
         return {key: value / max(steps, 1) for key, value in totals.items()}
 
     def agreement(self, data) -> float:
-        """Share of held-out positions where the head's token (from its predicted feature) is the target's."""
+        """Share of held-out reply positions where the head's token (from its predicted feature) is the
+        target's greedy token: about the engine's acceptance rate of a first draft."""
         hits = positions = 0
         with torch.no_grad():
             for first in range(0, len(data), self.recipe.batch_size):
@@ -230,18 +281,22 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     data_path = output / "data.json"
     recorded = json.loads(data_path.read_text()) if data_path.is_file() else None
     data_key = {"target": target.identity, "prompts": recipe.prompts, "max_new_tokens": recipe.max_new_tokens,
-                "max_length": recipe.max_length}
+                "max_length": recipe.max_length, "sampled_replies": recipe.sampled_replies,
+                "temperature": recipe.temperature, "seed": recipe.seed}
     if recorded is not None and recorded["key"] == data_key:
-        sequences = recorded["sequences"]
+        records = recorded["records"]
     else:
-        sequences = generate_data(target, recipe)
-        _write_json(data_path, {"key": data_key, "sequences": sequences})
+        records = generate_data(target, recipe)
+        _write_json(data_path, {"key": data_key, "records": records})
+    sequences = [r["tokens"] for r in records]
     model = target.model
-    draft_to_target = draft_vocabulary(sequences, recipe, model.config.vocab_size)
+    draft_to_target = draft_vocabulary([r["tokens"][r["prompt_length"]:] for r in records], recipe,
+                                       model.config.vocab_size)
     head = EagleHead(head_config(model.config), "eagle", (FINAL_HIDDEN,), model.config.hidden_size,
-                     fc_bias=True, draft_to_target=draft_to_target).float()
+                     fc_bias=True, draft_to_target=draft_to_target).float().to(model.device)
     features = target_features(target, sequences)
-    data = [(f, torch.tensor(s)) for f, s in zip(features, sequences) if len(s) >= 2]
+    data = [(f, torch.tensor(r["tokens"]), r["prompt_length"]) for f, r in zip(features, records)
+            if len(r["tokens"]) > r["prompt_length"]]
     random.Random(recipe.seed).shuffle(data)
     held_out = data[: max(1, len(data) // 10)]
     train = data[len(held_out):]
@@ -251,7 +306,7 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
                       recipe, steps_per_epoch * recipe.epochs)
     resume_path = output / "resume.pt"
     if resume_path.is_file():
-        state = torch.load(resume_path, weights_only=False)
+        state = torch.load(resume_path, weights_only=False, map_location=model.device)
         if state.get("recipe") == asdict(recipe) and state.get("data_key") == data_key:
             trainer.load_state_dict(state)
             log.warning("resuming EAGLE training at epoch %d of %d", trainer.epoch + 1, recipe.epochs)
@@ -266,7 +321,8 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     head.save(output)
     _write_json(output / "training.json", {
         "recipe": asdict(recipe), "target": target.identity, "sequences": len(data), "held_out_sequences": len(held_out),
-        "tokens": sum(len(s) for s in sequences), "draft_vocab_size": head.draft_vocab_size,
+        "tokens": sum(len(s) for s in sequences), "reply_tokens": sum(len(r["tokens"]) - r["prompt_length"] for r in records),
+        "draft_vocab_size": head.draft_vocab_size,
         "seconds": time.perf_counter() - started, "history": trainer.history,
     })
     resume_path.unlink()

@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specsparse.decoding.session import BatchedSession, ModelSession
+from specsparse.decoding.skipping import decoder_layers
 from specsparse.drafters.base import Drafter, Proposal
 
 
@@ -25,6 +26,7 @@ class LMDrafter(Drafter):
     """Greedy (or, with temperature > 0, sampled) chain drafts from a causal LM."""
 
     name = "lm"
+    trims_vocabulary = True
 
     def __init__(
         self,
@@ -55,7 +57,7 @@ class LMDrafter(Drafter):
     def replayable(self) -> bool:  # type: ignore[override]
         return self.temperature <= 0
 
-    def replay_drafters(self, prompts, continuations, batch_size) -> list[Drafter]:
+    def replay_drafters(self, prompts, continuations, batch_size, skip_layers=()) -> list[Drafter]:
         """Greedy chains need no drafting loop: after an accepted draft the drafter's context is the
         target's own continuation, so its i-th draft at a step is its greedy prediction at that position
         of the continuation. One teacher-forced batched forward gives all of them."""
@@ -76,6 +78,13 @@ class LMDrafter(Drafter):
     @property
     def vocab_size(self) -> int:
         return self.full_vocab_size if self.vocab_ids is None else len(self.vocab_ids)
+
+    def head_shape(self) -> tuple[int, int, float]:
+        skipped = set(self.skip_layers)
+        layer_params = sum(p.numel() for i, layer in enumerate(decoder_layers(self.model)) if i not in skipped
+                           for p in layer.parameters())
+        vocab, hidden = self.model.get_output_embeddings().weight.shape
+        return vocab, hidden, 2.0 * layer_params
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.session = ModelSession(self.model, self.skip_layers)

@@ -28,7 +28,6 @@ from specsparse.data.corpus import is_keyword as is_corpus_keyword
 from specsparse.decoding.models import DTYPES
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
-from specsparse.drafters.lm import LMDrafter
 from specsparse.jobs.reproduce import data_fingerprint
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
@@ -342,6 +341,8 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
         )
     if "skip_layers" in options:  # a drafter's skip set indexes the target's layers
         _check_layers(options["skip_layers"], "drafter.skip_layers", model)
+    if "path" in options and not options["path"]:
+        raise ConfigError(f"drafter {cls.name} needs drafter.path=<checkpoint directory or Hub id>")
     for option in ("source", "path"):  # a draft model or checkpoint: a local path resolves against cwd
         source = options.get(option)
         if isinstance(source, str) and (_looks_like_path(source) or (cwd / source).is_dir()):
@@ -410,10 +411,10 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
     budget = options.pop("max_measurements", None)
     if budget is not None and (not isinstance(budget, int) or budget < 1):
         raise ConfigError(f"search.max_measurements must be a positive integer or null, got {budget!r}")
-    if issubclass(cls, TPEVocabSearch) and not issubclass(drafter.cls, LMDrafter):
+    if issubclass(cls, TPEVocabSearch) and not drafter.cls.trims_vocabulary:
         raise ConfigError(
             f"search {cls.name} trims the drafter's LM head, and drafter {drafter.name} has none: "
-            "use drafter=self_skip or drafter=draft_model"
+            "use drafter=self_skip, drafter=draft_model or drafter=eagle"
         )
     for key in ("skip_layers", "protect_layers"):
         if key in options:

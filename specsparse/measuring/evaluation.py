@@ -22,7 +22,6 @@ from specsparse import __version__
 from specsparse.data import Example, get_domain, load_examples, split_examples
 from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.models import LoadedModel, load_model_cached
-from specsparse.decoding.skipping import decoder_layers
 from specsparse.drafters.base import Drafter
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
 from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, price, profile_for
@@ -214,19 +213,11 @@ class Evaluator:
 
     def vocab_objective(self) -> tuple[Any, Any]:
         """(coverage C(k), latency reduction R(k)) for TPE vocabulary search, from the drafter's FLOPs."""
-        drafter = self.drafter_factory(None)()
-        model = getattr(drafter, "model", None)
-        if model is None:
-            raise ValueError(f"drafter {drafter.name!r} has no LM head: vocabulary search needs self_skip or draft_model")
-        skipped = set(getattr(drafter, "skip_layers", ()))
-        layer_params = sum(
-            p.numel() for i, layer in enumerate(decoder_layers(model)) if i not in skipped for p in layer.parameters()
-        )
-        vocab_size, hidden = model.get_output_embeddings().weight.shape
+        vocab_size, hidden, body_flops = self.drafter_factory(None)().head_shape()
         coverage = coverage_curve(self.token_counts)
 
         def latency_reduction(k: int) -> float:
-            return head_latency_reduction(k, vocab_size, hidden, 2.0 * layer_params)
+            return head_latency_reduction(k, vocab_size, hidden, body_flops)
 
         return coverage, latency_reduction
 

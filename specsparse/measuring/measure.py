@@ -10,8 +10,8 @@ Modes (`mode`), all equal to running the engine prompt by prompt:
   `continuations` by every drafter and k, then each drafter replayed over it (`specsparse.measuring.replay`).
   Drafters that are not replayable (Token Recycling reads the target's logits at rejected drafts)
   run lockstep batched verification (`specsparse.decoding.batched`) instead; those drafting trees
-  or reading the target's hidden states (EAGLE) run the engine (lockstep batches verify chains and
-  pass logits only).
+  run the engine (lockstep batches verify chains only). EAGLE replays with the target's features
+  of the continuation.
 - "engine": the speculative engine, one prompt at a time (and sampling, temperature > 0, always).
 
 Every example starts from a fresh drafter (`make_drafter()`), kept across its turns: a prompt's
@@ -144,10 +144,8 @@ def measure_many(
 
 
 def _needs_engine(makers: Sequence[MakeDrafter]) -> bool:
-    """Tree drafts of a drafter that is not replayable, or a drafter reading the target's features:
-    lockstep batches verify chains and pass logits only."""
-    return any(d is not None and not d.replayable and (d.drafts_trees or d.feature_layers is not None)
-               for d in (make() for make in makers[:1]))
+    """Tree drafts of a drafter that is not replayable: lockstep batches verify chains only."""
+    return any(d is not None and d.drafts_trees and not d.replayable for d in (make() for make in makers[:1]))
 
 
 def _decode_engine(target, domain, examples, make_drafter, skip, config, early_reject, bar) -> tuple[list[Outcome], bool]:
@@ -207,7 +205,7 @@ def _decode_batched(target, domain, examples, makers, skips, config, batch_size,
             if prototype is None:
                 replayed = [GenerationResult(t, (1,) * len(t), (1,) * len(t)) for t in tokens]
             else:
-                replayed = replay(prototype.replay_drafters([prompts[k] for k in keys], tokens, batch_size),
+                replayed = replay(prototype.replay_drafters([prompts[k] for k in keys], tokens, batch_size, skips[c]),
                                   [prompts[k] for k in keys], tokens, config, target.eos_token_ids)
             by_row.update(zip(keys, replayed))
         for (c, i), result in by_row.items():

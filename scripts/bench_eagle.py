@@ -50,6 +50,7 @@ def held_out_prompts(tokenizer, per_domain: int, spec_bench: str | None) -> list
 
 
 def bootstrap_ratio(numerator: np.ndarray, denominator: np.ndarray, draws: int = 2000) -> tuple[float, float]:
+    """95% interval of sum(numerator) / sum(denominator), prompts resampled together."""
     rng = np.random.default_rng(0)
     index = rng.integers(0, len(numerator), (draws, len(numerator)))
     ratios = numerator[index].sum(1) / denominator[index].sum(1)
@@ -59,15 +60,17 @@ def bootstrap_ratio(numerator: np.ndarray, denominator: np.ndarray, draws: int =
 def run(args, dtype: str) -> list[dict]:
     loaded = load_model(args.model, dtype=dtype, device=args.device)
     model = loaded.model
-    head_drafter = EagleDrafter.from_target(loaded, path=args.head)
     vocab = model.config.vocab_size
     methods = {
         "dense": lambda: None,
         "pld": lambda: PromptLookupDrafter(),
         "samd": lambda: SuffixAutomatonDrafter(fallback=TokenRecyclingDrafter(vocab)),
-        "eagle chain": lambda: EagleDrafter(head_drafter.head, model),
-        f"eagle tree {args.tree[0]}x{args.tree[1]}": lambda: EagleDrafter(head_drafter.head, model, args.tree),
     }
+    for path in args.head:
+        head = EagleDrafter.from_target(loaded, path=path).head
+        label = f"eagle ({head.draft_vocab_size} tokens)"
+        methods[f"{label} chain"] = lambda head=head: EagleDrafter(head, model)
+        methods[f"{label} tree {args.tree[0]}x{args.tree[1]}"] = lambda head=head: EagleDrafter(head, model, args.tree)
     prompts = held_out_prompts(loaded.tokenizer, args.per_domain, args.spec_bench)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
     names = list(methods)
@@ -91,9 +94,11 @@ def run(args, dtype: str) -> list[dict]:
     rows = []
     for name in names:
         low, high = bootstrap_ratio(times["dense"], times[name])
+        accept_low, accept_high = bootstrap_ratio(tokens[name], steps[name])
         rows.append({
             "dtype": dtype, "method": name, "prompts": len(prompts),
             "accept_length": float(tokens[name].sum() / steps[name].sum()),
+            "accept_low": accept_low, "accept_high": accept_high,
             "tokens_per_s": float(tokens[name].sum() / times[name].sum()),
             "speedup": float(times["dense"].sum() / times[name].sum()), "speedup_low": low, "speedup_high": high,
             "mismatches": mismatches[name],
@@ -103,7 +108,8 @@ def run(args, dtype: str) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--head", required=True, help="EAGLE checkpoint directory (specsparse train-drafter)")
+    parser.add_argument("--head", required=True, action="append",
+                        help="EAGLE checkpoint directory (specsparse train-drafter); repeat to compare heads")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtypes", default="float32", help="comma-separated, e.g. float32,bfloat16")
     parser.add_argument("--device", default="cpu")
@@ -114,17 +120,19 @@ def main() -> None:
     parser.add_argument("--tree", type=int, nargs=2, default=(4, 16), metavar=("TOP_K", "TOTAL"))
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
-    if not (Path(args.head) / "config.json").is_file():
-        sys.exit(f"--head {args.head}: no EAGLE checkpoint there (train one: specsparse train-drafter --output DIR)")
+    for head in args.head:
+        if not (Path(head) / "config.json").is_file():
+            sys.exit(f"--head {head}: no EAGLE checkpoint there (train one: specsparse train-drafter --output DIR)")
     torch.manual_seed(0)
     rows = [row for dtype in args.dtypes.split(",") for row in run(args, dtype)]
     source = "Spec-Bench" if args.spec_bench else "held-out built-in"
     print(f"\n{args.model}, {rows[0]['prompts']} {source} prompts, {args.max_new_tokens} new tokens, k={args.k}, "
           f"{torch.get_num_threads()} threads\n")
-    print("| dtype | method | accept length | tok/s | speedup vs dense [95% CI] | outputs equal to dense |")
+    print("| dtype | method | accept length [95% CI] | tok/s | speedup vs dense [95% CI] | outputs equal to dense |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['dtype']} | {r['method']} | {r['accept_length']:.2f} | {r['tokens_per_s']:.1f} | "
+        print(f"| {r['dtype']} | {r['method']} | {r['accept_length']:.2f} [{r['accept_low']:.2f}-{r['accept_high']:.2f}] | "
+              f"{r['tokens_per_s']:.1f} | "
               f"{r['speedup']:.2f}x [{r['speedup_low']:.2f}-{r['speedup_high']:.2f}] | "
               f"{r['prompts'] - r['mismatches']}/{r['prompts']} |")
     if args.json:

@@ -6,6 +6,7 @@ prompts and dtype. Writes a Markdown table (BENCHMARKS.md section) and a JSON fi
 
 Every method runs every prompt once per repeat, interleaved prompt by prompt (in alternating order), so
 machine noise hits them alike; tokens/s is total new tokens / total wall time per repeat, median over repeats.
+Ratios also get a 95% paired bootstrap interval over prompts (tokens and wall time pooled over repeats).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np
 import torch
 
 from specsparse.data import build_messages, get_domain, load_examples
@@ -118,6 +120,9 @@ def main() -> None:
         for run in methods.values():
             run(ids)
     per_repeat = {name: [] for name in methods}
+    # Per prompt, over all repeats: new tokens and wall seconds (the paired bootstrap over prompts).
+    prompt_tokens = {name: np.zeros(len(prompts)) for name in methods}
+    prompt_wall = {name: np.zeros(len(prompts)) for name in methods}
     outputs: dict[str, list[list[int]]] = {name: [] for name in methods}
     accepts: dict[str, list[int]] = {name: [] for name in methods}
     overhead: list[float] = []
@@ -131,6 +136,8 @@ def main() -> None:
                 out, seconds, accept_lengths, forwards_time = methods[name](ids)
                 tokens[name] += len(out)
                 wall[name] += seconds
+                prompt_tokens[name][i] += len(out)
+                prompt_wall[name][i] += seconds
                 if repeat == 0:
                     outputs[name].append(out)
                     if accept_lengths is not None:
@@ -146,11 +153,15 @@ def main() -> None:
         return statistics.median(per_repeat[name])
 
     def ratio(name, over):
-        """Median over repeats of the per-repeat ratio, with its range over repeats (None: a method left out)."""
+        """Tokens/s ratio: median over repeats, its range over repeats, and a 95% paired bootstrap
+        interval over prompts (all repeats pooled) (None: a method left out)."""
         if name not in per_repeat or over not in per_repeat:
             return None
         per = [a / b for a, b in zip(per_repeat[name], per_repeat[over], strict=True)]
-        return [statistics.median(per), min(per), max(per)]
+        draws = np.random.default_rng(0).integers(0, len(prompts), (2000, len(prompts)))
+        rate = lambda m: prompt_tokens[m][draws].sum(1) / prompt_wall[m][draws].sum(1)  # noqa: E731
+        low, high = np.percentile(rate(name) / rate(over), [2.5, 97.5])
+        return [statistics.median(per), min(per), max(per), float(low), float(high)]
 
     rows = []
     for name in methods:
@@ -173,7 +184,7 @@ def main() -> None:
         "ours_samd_tree / ours_samd": ratio("ours_samd_tree", "ours_samd"),
         "ours_samd_adaptive / hf_prompt_lookup": ratio("ours_samd_adaptive", "hf_prompt_lookup"),
         f"ours_dense_skip{len(skip)} / ours_dense": ratio(f"ours_dense_skip{len(skip)}", "ours_dense"),
-        "engine wall / model forwards (dense)": [statistics.median(overhead), min(overhead), max(overhead)],
+        "engine wall / model forwards (dense)": [statistics.median(overhead), min(overhead), max(overhead), None, None],
     }
     ratios = {k: v for k, v in ratios.items() if v is not None}
     identical = {
@@ -198,8 +209,9 @@ def main() -> None:
         accept = f"{row['accept_length']:.2f}" if row["accept_length"] is not None else "-"
         forwards = row["target_forwards"] if row["target_forwards"] is not None else "-"
         lines.append(f"| {row['method']} | {row['tokens_per_s']:.1f} | {accept} | {forwards} | {row['new_tokens']} |")
-    lines += ["", "| ratio | median over repeats | range over repeats |", "|---|---|---|"]
-    lines += [f"| {k} | {v[0]:.3f} | {v[1]:.3f}-{v[2]:.3f} |" for k, v in ratios.items()]
+    lines += ["", "| ratio | median over repeats | range over repeats | 95% CI over prompts |", "|---|---|---|---|"]
+    lines += [f"| {k} | {v[0]:.3f} | {v[1]:.3f}-{v[2]:.3f} | " + ("-" if v[3] is None else f"{v[3]:.3f}-{v[4]:.3f}") + " |"
+              for k, v in ratios.items()]
     lines += ["", "| identical output | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in identical.items()]
     print("\n".join(lines))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

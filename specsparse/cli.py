@@ -270,6 +270,9 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
                    help="builtin: the built-in sets' calibration splits (their test splits stay held out); or a "
                         "JSONL of {\"prompt\": str} / {\"turns\": [str]}")
     p.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="reply length per prompt")
+    p.add_argument("--sampled-replies", type=int, default=defaults.sampled_replies,
+                   help="more replies per prompt, sampled at --temperature (more, varied training data)")
+    p.add_argument("--temperature", type=float, default=defaults.temperature)
     p.add_argument("--epochs", type=int, default=defaults.epochs)
     p.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step")
@@ -298,7 +301,8 @@ def run_train_drafter(args: argparse.Namespace) -> int:
     if args.vocab_file is not None and not Path(args.vocab_file).is_file():
         return fail(f"--vocab-file {args.vocab_file}: no such file")
     recipe = TrainingRecipe(
-        prompts=args.prompts, max_new_tokens=args.max_new_tokens, epochs=args.epochs,
+        prompts=args.prompts, max_new_tokens=args.max_new_tokens, sampled_replies=args.sampled_replies,
+        temperature=args.temperature, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, vocab_size=args.vocab_size,
         vocab_file=args.vocab_file, seed=args.seed,
     )

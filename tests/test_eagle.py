@@ -57,7 +57,7 @@ def trained(tmp_path_factory, models):
                                for i in range(48)))
     out = train_eagle_head(target, tmp_path_factory.mktemp("eagle") / "head",
                            TrainingRecipe(prompts=str(prompts), max_new_tokens=48, epochs=30, learning_rate=1e-2,
-                                          batch_size=4))
+                                          batch_size=4, target_top_k=256))
     return load_eagle_head(str(out), models[0].config, NUM_LAYERS), json.loads((out / "training.json").read_text())
 
 
@@ -348,3 +348,19 @@ def test_the_cost_profile_times_real_eagle_drafts(models):
     assert seconds > 0 and drafted == [5] * 4
     assert EagleDrafter(random_head(target, "eagle"), target, (3, 8)).cost_key != \
         EagleDrafter(random_head(target, "eagle"), target).cost_key
+
+
+def test_a_missing_checkpoint_with_a_recipe_is_trained_once(models, tmp_path, monkeypatch):
+    """drafter=eagle with `train`: the first build trains into path, later builds load it."""
+    from specsparse.decoding.models import LoadedModel, tiny_tokenizer
+    from specsparse.drafters import eagle_training
+
+    target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"say {i}"}) + "\n" for i in range(6)))
+    recipe = {"prompts": str(prompts), "max_new_tokens": 8, "epochs": 1}
+    first = EagleDrafter.from_target(target, path=str(tmp_path / "head"), train=recipe)
+    assert (tmp_path / "head" / "model.safetensors").is_file()
+    monkeypatch.setattr(eagle_training, "train_eagle_head", lambda *a, **k: pytest.fail("trained twice"))
+    second = EagleDrafter.from_target(target, path=str(tmp_path / "head"), train=recipe)
+    assert second.head is first.head  # loaded once per process

@@ -11,9 +11,11 @@ cross-entropy between the target's next-token distribution and the head's (both 
 target's LM head, trimmed to the draft vocabulary with `vocab_size`), on the positions that predict
 reply tokens (EAGLE masks all but the assistant's turns; `prompt_loss_weight` weighs the prompt's). The embedding and the LM head
 are the target's and stay frozen; input features get uniform noise (EAGLE's width 0.2).
-Deviations, for a few hundred prompts instead of ShareGPT's 68k conversations: learning rate 1e-3
-(EAGLE: 3e-5) with a linear warm-up and cosine decay, and 10% of the sequences held out to report
-the head's top-1 agreement with the target each epoch.
+Deviations, for a few hundred prompts instead of ShareGPT's 68k conversations on a CPU: learning rate
+1e-3 (EAGLE: 3e-5) with a linear warm-up and cosine decay; the target's next-token distribution
+kept as its top-32 (computed once, not every epoch; the tail's mass is dropped from the
+cross-entropy); 10% of the sequences held out to report the head's top-1 agreement with the target
+each epoch.
 
 The output directory holds the checkpoint (`model.safetensors`, `config.json`: `drafter=eagle
 drafter.path=DIR`), the generated data (`data.json`), `training.json` (losses and agreement per
@@ -66,12 +68,15 @@ class TrainingRecipe:
     vocab_file: str | None = None  # or the ids in a JSON list (e.g. a TPE search's pick)
     feature_noise: float = 0.2
     token_loss_weight: float = 0.1  # EAGLE-1's weight of the cross-entropy against the feature loss
+    target_top_k: int = 32  # the target distribution's top-k the cross-entropy uses (EAGLE: all of it)
     prompt_loss_weight: float = 0.0  # EAGLE trains on the assistant's replies only
     seed: int = 0
 
     def check(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.max_length < 8:
             raise ValueError("epochs, batch size and max new tokens must be >= 1 and max length >= 8")
+        if self.target_top_k < 1:
+            raise ValueError(f"target top-k must be >= 1, got {self.target_top_k}")
         if self.sampled_replies < 0 or (self.sampled_replies and not self.temperature > 0):
             raise ValueError("sampled replies must be >= 0, with a positive temperature")
         if not self.learning_rate > 0:
@@ -160,25 +165,44 @@ def head_config(target_config) -> LlamaConfig:
     return LlamaConfig(**fields)
 
 
-def target_features(target: LoadedModel, sequences: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    """The dense target's final-norm features [n, hidden] of every sequence."""
-    features = []
+@dataclass(frozen=True)
+class DistillationSequence:
+    """One training sequence: tokens [n], the dense target's final-norm features [n, hidden], and at
+    positions 1..n-1 the target's next-token distribution over the draft vocabulary as its top-k
+    (draft ids [n-1, k] and probabilities [n-1, k]; the tail's mass is dropped)."""
+
+    tokens: torch.Tensor
+    prompt_length: int
+    features: torch.Tensor
+    target_ids: torch.Tensor
+    target_probs: torch.Tensor
+
+
+def distillation_data(target: LoadedModel, records: Sequence[dict], head_weight: torch.Tensor,
+                      top_k: int) -> list[DistillationSequence]:
+    """The target's features and next-token distributions, one forward per sequence: computed once,
+    not every epoch (the distributions are most of a step's cost over a 49k vocabulary)."""
+    data = []
     with torch.inference_mode():
-        for sequence in tqdm(sequences, desc="target features", unit="seq"):
+        for record in tqdm(records, desc="target features", unit="seq"):
             session = ModelSession(target.model, (), (FINAL_HIDDEN,))
-            session.hidden_states(sequence)
-            features.append(session.features.float().cpu())
-    return features
+            session.hidden_states(record["tokens"])
+            features = session.features.float()
+            probs = torch.softmax(nn.functional.linear(features[1:], head_weight), dim=-1)
+            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            data.append(DistillationSequence(torch.tensor(record["tokens"]), record["prompt_length"],
+                                             features.cpu(), top.indices.int().cpu(), top.values.cpu()))
+    return data
 
 
 class Trainer:
     """The training loop over (features, tokens) sequences; `state_dict` makes it resumable."""
 
-    def __init__(self, head: EagleHead, embedding: nn.Module, target_head: torch.Tensor, recipe: TrainingRecipe,
+    def __init__(self, head: EagleHead, embedding: nn.Module, head_weight: torch.Tensor, recipe: TrainingRecipe,
                  total_steps: int):
         self.head = head
         self.embedding = embedding
-        self.head_weight = head.head_weight(target_head.detach().float())
+        self.head_weight = head_weight
         self.recipe = recipe
         self.optimizer = torch.optim.AdamW(head.parameters(), lr=recipe.learning_rate, betas=(0.9, 0.95))
         warmup = max(1, total_steps // 20)
@@ -190,39 +214,42 @@ class Trainer:
         self.history: list[dict] = []
         self.generator = torch.Generator().manual_seed(recipe.seed)
 
-    def losses(self, batch: list[Sequence], noise: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(feature loss, token loss, top-1 agreement at each reply position) of one padded batch of
-        (features, tokens, prompt length). Position j reads (f_j, x_{j+1}) and predicts f_{j+1}; the
-        positions predicting reply tokens (j >= prompt length - 2) weigh 1, the prompt's
-        `prompt_loss_weight`."""
-        width = max(len(tokens) for _, tokens, _ in batch) - 1
-        hidden = batch[0][0].shape[-1]
+    def losses(self, batch: list[DistillationSequence], noise: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(feature loss, token loss, top-1 agreement at each reply position) of one padded batch.
+        Position j reads (f_j, x_{j+1}) and predicts f_{j+1}; the positions predicting reply tokens
+        (j >= prompt length - 2) weigh 1, the prompt's `prompt_loss_weight`."""
+        width = max(len(s.tokens) for s in batch) - 1
+        hidden = batch[0].features.shape[-1]
+        top_k = batch[0].target_ids.shape[-1]
         states = torch.zeros(len(batch), width, hidden)
         targets = torch.zeros(len(batch), width, hidden)
         next_tokens = torch.zeros(len(batch), width, dtype=torch.long)
+        target_ids = torch.zeros(len(batch), width, top_k, dtype=torch.long)
+        target_probs = torch.zeros(len(batch), width, top_k)
         weights = torch.zeros(len(batch), width)
-        for row, (features, tokens, prompt_length) in enumerate(batch):
-            n = len(tokens) - 1
-            states[row, :n], targets[row, :n] = features[:-1], features[1:]
-            next_tokens[row, :n] = tokens[1:]
-            reply = max(prompt_length - 2, 0)
+        for row, sequence in enumerate(batch):
+            n = len(sequence.tokens) - 1
+            states[row, :n], targets[row, :n] = sequence.features[:-1], sequence.features[1:]
+            next_tokens[row, :n] = sequence.tokens[1:]
+            target_ids[row, :n], target_probs[row, :n] = sequence.target_ids, sequence.target_probs
+            reply = max(sequence.prompt_length - 2, 0)
             weights[row, :reply] = self.recipe.prompt_loss_weight
             weights[row, reply:n] = 1.0
         if noise and self.recipe.feature_noise > 0:
             states = states + (torch.rand(states.shape, generator=self.generator) - 0.5) * self.recipe.feature_noise
         device = self.head.fc.weight.device
-        states, targets, next_tokens, weights = (t.to(device) for t in (states, targets, next_tokens, weights))
+        states, targets, next_tokens, target_ids, target_probs, weights = (
+            t.to(device) for t in (states, targets, next_tokens, target_ids, target_probs, weights))
         positions = torch.arange(width, device=device).expand(len(batch), width)
         predicted = self.head(states, self.embedding(next_tokens).float(), positions)
         used = weights > 0
         predicted, targets, weights = predicted[used], targets[used], weights[used]
+        target_ids, target_probs = target_ids[used], target_probs[used]
         weight_sum = weights.sum().clamp(min=1e-6)
         feature_loss = (nn.functional.smooth_l1_loss(predicted, targets, reduction="none").mean(-1) * weights).sum() / weight_sum
-        with torch.no_grad():
-            target_probs = torch.softmax(self.head.logits(targets, self.head_weight), dim=-1)
         log_probs = torch.log_softmax(self.head.logits(predicted, self.head_weight), dim=-1)
-        token_loss = (-(target_probs * log_probs).sum(-1) * weights).sum() / weight_sum
-        agreement = (log_probs.argmax(-1) == target_probs.argmax(-1)).float()[weights == 1.0]
+        token_loss = (-(target_probs * log_probs.gather(-1, target_ids)).sum(-1) * weights).sum() / weight_sum
+        agreement = (log_probs.argmax(-1) == target_ids[:, 0]).float()[weights == 1.0]
         return feature_loss, token_loss, agreement
 
     def train_epoch(self, data, bar) -> dict:
@@ -294,15 +321,15 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
                                        model.config.vocab_size)
     head = EagleHead(head_config(model.config), "eagle", (FINAL_HIDDEN,), model.config.hidden_size,
                      fc_bias=True, draft_to_target=draft_to_target).float().to(model.device)
-    features = target_features(target, sequences)
-    data = [(f, torch.tensor(r["tokens"]), r["prompt_length"]) for f, r in zip(features, records)
-            if len(r["tokens"]) > r["prompt_length"]]
+    head_weight = head.head_weight(model.get_output_embeddings().weight.detach().float())
+    data = distillation_data(target, [r for r in records if len(r["tokens"]) > r["prompt_length"]], head_weight,
+                             recipe.target_top_k)
     random.Random(recipe.seed).shuffle(data)
     held_out = data[: max(1, len(data) // 10)]
     train = data[len(held_out):]
     steps_per_epoch = math.ceil(len(train) / recipe.batch_size)
     embedding = model.get_input_embeddings()
-    trainer = Trainer(head, lambda ids: embedding(ids).detach().float(), model.get_output_embeddings().weight,
+    trainer = Trainer(head, lambda ids: embedding(ids).detach().float(), head_weight,
                       recipe, steps_per_epoch * recipe.epochs)
     resume_path = output / "resume.pt"
     if resume_path.is_file():

@@ -228,16 +228,21 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_profile)
 
 
-def run_profile(args: argparse.Namespace) -> int:
-    import torch  # noqa: PLC0415
+def set_threads(threads: int | None) -> None:
+    """torch's intra-op thread count (None: leave torch's own)."""
+    if threads is not None:
+        import torch  # noqa: PLC0415
 
+        torch.set_num_threads(threads)
+
+
+def run_profile(args: argparse.Namespace) -> int:
     from specsparse.decoding.models import load_model  # noqa: PLC0415
     from specsparse.measuring.profile import measure_profile, profile_for, profile_path, save_profile  # noqa: PLC0415
 
-    if args.threads is not None:
-        if args.threads < 1:
-            return fail(f"--threads {args.threads}: give a positive thread count")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        return fail(f"--threads {args.threads}: give a positive thread count")
+    set_threads(args.threads)
     try:
         loaded = load_model(args.model, dtype=args.dtype, device=args.device)
     except (ModelLoadError, ValueError) as err:
@@ -287,15 +292,12 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train_drafter(args: argparse.Namespace) -> int:
-    import torch  # noqa: PLC0415
-
     from specsparse.decoding.models import load_model  # noqa: PLC0415
     from specsparse.drafters.eagle_training import train_eagle_head  # noqa: PLC0415
 
-    if args.threads is not None:
-        if args.threads < 1:
-            return fail(f"--threads {args.threads}: give a positive thread count")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        return fail(f"--threads {args.threads}: give a positive thread count")
+    set_threads(args.threads)
     if args.prompts != "builtin" and not Path(args.prompts).is_file():
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
     if args.vocab_file is not None and not Path(args.vocab_file).is_file():
@@ -354,7 +356,9 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-map", required=True, metavar="PATH", help="domain config map (.yaml/.json)")
     parser.add_argument("--model", default="smollm2-135m", help="target model (default: smollm2-135m)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
-    parser.add_argument("--drafter", default="samd", help="pld, samd, recycling, self_skip, draft_model or none")
+    parser.add_argument("--drafter", default="samd", help="pld, samd, recycling, self_skip, draft_model, eagle or none")
+    parser.add_argument("--drafter-path", metavar="DIR", default=None,
+                        help="drafter=eagle: the EAGLE checkpoint directory or Hub id (specsparse train-drafter)")
     parser.add_argument("--router", default="map", metavar="map|builtin|none|FILE",
                         help="router: fit on the calibration prompts the config map records (default), on the "
                              "built-in calibration prompts, none, a saved .json router, "
@@ -394,6 +398,7 @@ def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):
         router_examples=None if args.router == "none" else args.router, router_kind=args.router_kind,
         min_confidence=DEFAULT_MIN_CONFIDENCE if args.min_confidence is None else args.min_confidence,
         vocab_ids=args.vocab_ids, max_prompt_tokens=max_prompt_tokens, force_map=args.force_map,
+        drafter_options=None if args.drafter_path is None else {"path": args.drafter_path},
     )
 
 

@@ -257,3 +257,21 @@ def test_a_map_made_for_another_model_is_refused_unless_forced(tiny):
     Controller(tiny, cmap, drafter_factory("pld"), force_map=True)
     own = dataclasses.replace(cmap, model_identity={**tiny.identity, "dtype": "bfloat16"})  # dtype aside
     Controller(tiny, own, drafter_factory("pld"))
+
+
+def test_cli_generate_with_an_eagle_head(map_file, capsys, tmp_path):
+    from specsparse.cli import main
+    from specsparse.decoding.models import tiny_model
+    from specsparse.drafters.eagle import EagleHead
+    from specsparse.drafters.eagle_training import head_config
+
+    EagleHead(head_config(tiny_model().model.config)).save(tmp_path / "eagle")
+    args = ["generate", "--config-map", str(map_file), "--model", "tiny", "--max-new-tokens", "6", "--domain", "math"]
+    assert main([*args, "--drafter", "eagle", "--drafter-path", str(tmp_path / "eagle"), MATH]) == 0
+    assert main([*args, "--drafter", "none", MATH]) == 0
+    eagle_out, plain_out = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert eagle_out == plain_out  # lossless
+    assert main([*args, "--drafter", "eagle", "--drafter-path", str(tmp_path / "missing"), MATH]) == 2
+    assert main([*args, "--drafter", "eagle", MATH]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "drafter.path" in err

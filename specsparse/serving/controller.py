@@ -104,7 +104,7 @@ class ControllerResult:
 
 def drafter_factory(name: str, **options: Any) -> DrafterFactory:
     """A factory building drafter `name` ("pld", "samd", "recycling", "self_skip", "draft_model",
-    or "none" for plain decoding) with `options` for its `from_target`."""
+    "eagle", or "none" for plain decoding) with `options` for its `from_target`."""
     if name == "none":
         return lambda target, vocab_ids: None
     try:

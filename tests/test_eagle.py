@@ -364,3 +364,27 @@ def test_a_missing_checkpoint_with_a_recipe_is_trained_once(models, tmp_path, mo
     monkeypatch.setattr(eagle_training, "train_eagle_head", lambda *a, **k: pytest.fail("trained twice"))
     second = EagleDrafter.from_target(target, path=str(tmp_path / "head"), train=recipe)
     assert second.head is first.head  # loaded once per process
+
+
+def test_a_trimmed_vocabulary_drafts_only_its_tokens_and_stays_lossless(models, trained):
+    """search=tpe_vocab hands an EAGLE-1/2 head `vocab_ids`: it drafts through those rows of the
+    target's head only; EAGLE-3 and already-trimmed heads refuse."""
+    target, head = models[0], trained[0]
+    kept = list(range(0, target.config.vocab_size, 2))
+    drafted = []
+
+    class Recording(EagleDrafter):
+        def propose(self, k):
+            proposal = super().propose(k)
+            drafted.extend(proposal.tokens)
+            return proposal
+
+    config = GenerationConfig(max_new_tokens=24, num_draft_tokens=4, stop_on_eos=False)
+    prompt = list(range(11, 31))
+    spec = speculative_generate(target, prompt, Recording(head, target, vocab_ids=kept), config)
+    assert spec.new_token_ids == speculative_generate(target, prompt, None, config).new_token_ids
+    assert drafted and set(drafted) <= set(kept)
+    assert Recording(head, target, vocab_ids=kept).head_shape()[0] == target.config.vocab_size
+    for refusing in (random_head(target, "eagle3"), random_head(target, "eagle", trimmed=True)):
+        with pytest.raises(ValueError, match="trimmed vocabulary"):
+            EagleDrafter(refusing, target, vocab_ids=kept)

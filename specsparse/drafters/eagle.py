@@ -17,7 +17,8 @@ Two checkpoint layouts (`load_eagle_head`):
   by `d2t` (target id = draft id + d2t[draft id]).
 
 Either layout may carry `d2t`: a trimmed draft vocabulary (`specsparse train-drafter --vocab-size`).
-Proposals are chains, or with `tree` set EAGLE-2's dynamic trees (see `EagleDrafter.propose`).
+Proposals are chains, EAGLE-2's dynamic trees (`tree`) or static trees (`tree_choices`); see
+`EagleDrafter`.
 """
 
 from __future__ import annotations
@@ -156,14 +157,18 @@ class EagleHead(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {name: tensor.detach().contiguous() for name, tensor in _to_checkpoint_keys(self).items()}
-        save_file(state, str(directory / "model.safetensors"))
+        partial = directory / "model.safetensors.partial"  # config.json, written last, marks a whole checkpoint
+        save_file(state, str(partial))
+        partial.replace(directory / "model.safetensors")
         config = self.config.to_dict()
         config.update(
             eagle_layout=self.layout, bias=self.fc.bias is not None, draft_vocab_size=self.draft_vocab_size,
             target_hidden_size=self.target_hidden_size,
             eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.feature_layers)},
         )
-        (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        partial = directory / "config.json.partial"
+        partial.write_text(json.dumps(config, indent=2, default=str))
+        partial.replace(directory / "config.json")
 
 
 def _prefix(layout: str) -> str:
@@ -295,7 +300,7 @@ def _cached_head(source: str, model: PreTrainedModel) -> EagleHead:
 
 
 class EagleDrafter(Drafter):
-    """Chains (or EAGLE-2 dynamic trees, `tree`) from an EAGLE head over the target's features.
+    """Chains or trees of drafts from an EAGLE head over the target's features.
 
     tree: (top_k, total_tokens) for EAGLE-2's dynamic trees: depth by depth the top_k children of
     the top_k best nodes by cumulative log-probability, keeping the total_tokens best nodes of all

@@ -343,7 +343,9 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
             losses = trainer.train_epoch(train, bar)
             trainer.history.append({"epoch": trainer.epoch + 1, **losses, "held_out_agreement": trainer.agreement(held_out)})
             trainer.epoch += 1
-            torch.save({**trainer.state_dict(), "recipe": asdict(recipe), "data_key": data_key}, resume_path)
+            partial = resume_path.with_suffix(".pt.partial")  # replaced whole: a kill never leaves half a file
+            torch.save({**trainer.state_dict(), "recipe": asdict(recipe), "data_key": data_key}, partial)
+            partial.replace(resume_path)
             bar.set_postfix(epoch=trainer.epoch, agreement=f"{trainer.history[-1]['held_out_agreement']:.3f}")
     head.save(output)
     _write_json(output / "training.json", {

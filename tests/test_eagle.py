@@ -388,3 +388,23 @@ def test_a_trimmed_vocabulary_drafts_only_its_tokens_and_stays_lossless(models, 
     for refusing in (random_head(target, "eagle3"), random_head(target, "eagle", trimmed=True)):
         with pytest.raises(ValueError, match="trimmed vocabulary"):
             EagleDrafter(refusing, target, vocab_ids=kept)
+
+
+@pytest.mark.parametrize("layout", ["eagle", "eagle3"])
+def test_eagle_on_the_embedded_model_is_lossless(smollm, layout):
+    """SmolLM2-135M float32 with an (untrained) head of each layout: EAGLE-3's fused layers of the
+    real 30-layer model under a skip set with layer 0, chains and trees, equal the greedy output."""
+    from specsparse.decoding.generation import encode_messages
+    from specsparse.drafters.eagle_training import head_config as target_head_config
+
+    model = smollm.model
+    torch.manual_seed(0)
+    layers = (FINAL_HIDDEN,) if layout == "eagle" else eagle3_feature_layers(model.config.num_hidden_layers)
+    head = EagleHead(target_head_config(model.config), layout, layers, model.config.hidden_size).eval()
+    config = GenerationConfig(max_new_tokens=12, num_draft_tokens=3)
+    for text, skip, tree in (("Translate German to English: Guten Morgen.", (0, 7), None),
+                             ("What is the capital of France?", (), (3, 8))):
+        prompt = encode_messages(smollm.tokenizer, text)
+        plain = speculative_generate(model, prompt, None, config, skip, smollm.eos_token_ids)
+        spec = speculative_generate(model, prompt, EagleDrafter(head, model, tree), config, skip, smollm.eos_token_ids)
+        assert spec.new_token_ids == plain.new_token_ids

@@ -146,9 +146,6 @@ class EagleHead(nn.Module):
             return self.lm_head(self.norm(hidden)).float()
         return nn.functional.linear(hidden, head_weight).float()
 
-    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
-
     def save(self, directory: str | Path) -> None:
         """Safetensors weights and a config.json in the EAGLE layout's key names (`load_eagle_head`
         reads them back; d2t/t2d as EAGLE-3 stores its draft vocabulary)."""
@@ -372,7 +369,8 @@ class EagleDrafter(Drafter):
         vocab, hidden = self.target.get_output_embeddings().weight.shape
         return vocab, hidden, 2.0 * body
 
-    def _target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Target token ids of draft-vocabulary rows."""
         return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
 
     @property
@@ -445,7 +443,7 @@ class EagleDrafter(Drafter):
                 return self._propose_tree(state, k)
             tokens: list[int] = []
             for depth in range(k):
-                token = int(self._target_ids(self.head.logits(state, self.head_weight).argmax()))
+                token = int(self.target_ids(self.head.logits(state, self.head_weight).argmax()))
                 tokens.append(token)
                 if depth + 1 == k:
                     break
@@ -481,7 +479,7 @@ class EagleDrafter(Drafter):
                 base = 0.0 if node < 0 else scores[node]
                 for j in children[node]:
                     if j < ids.shape[1]:
-                        tokens.append(int(self._target_ids(ids[f, j])))
+                        tokens.append(int(self.target_ids(ids[f, j])))
                         parents.append(node)
                         scores.append(base + float(best[f, j]))
                         ranks.append((*path(node), j))

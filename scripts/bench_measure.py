@@ -28,6 +28,7 @@ from specsparse.data import build_messages, get_domain, load_examples
 from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import load_model
+from specsparse.decoding.session import ModelSession
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
 from specsparse.measuring.measure import count_chunks, measure, measure_many
 from specsparse.measuring.profile import draft_cost, price, profile_for
@@ -43,6 +44,23 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
+def first_divergence(target, prompt: list[int], skip, engine_text: str, replay_text: str) -> dict:
+    """Where two outputs of one (prompt, skip set) part, and the sparse target's top-2 logit gap there,
+    from a single-sequence teacher-forced forward over the common prefix (outputs re-tokenised)."""
+    a = target.tokenizer.encode(engine_text, add_special_tokens=False)
+    b = target.tokenizer.encode(replay_text, add_special_tokens=False)
+    common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    session = ModelSession(target.model, tuple(skip))
+    with torch.inference_mode():
+        logits = session.forward(prompt + a[:common])[-1].float()
+    top = torch.topk(logits, 2)
+    chosen = {"engine": a[common] if common < len(a) else None, "replay": b[common] if common < len(b) else None}
+    return {"token_index": common, "top2_gap": float(top.values[0] - top.values[1]),
+            "top2": top.indices.tolist(), "chosen": chosen,
+            "chosen_gap": (float(logits[chosen["engine"]] - logits[chosen["replay"]])
+                           if None not in chosen.values() else None)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -52,20 +70,23 @@ def main() -> None:
     parser.add_argument("--skip-sets", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64, help="rows per batched pass (64: the automatic size on CPU)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--drafters", default="pld,samd", help="comma-separated subset of pld,samd")
     parser.add_argument("--profile-only", action="store_true", help="run part 2 only")
     parser.add_argument("--out", default="outputs/bench_measure.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_model(args.model, dtype="float32")
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
-    domain = get_domain("translation")
     examples = load_examples("translation", limit=args.prompts // 2) + load_examples("summarization", limit=args.prompts - args.prompts // 2)
     drafters = {"pld": PromptLookupDrafter, "samd": lambda: SuffixAutomatonDrafter.from_target(target)}
     skips = SKIP_SETS[: args.skip_sets]
     report: dict = {"model": args.model, "prompts": len(examples), "max_new_tokens": args.max_new_tokens,
                     "k": args.k, "skip_sets": [list(s) for s in skips], "threads": args.threads, "drafters": {}}
     groups = {name: [ex for ex in examples if ex.domain == name] for name in ("translation", "summarization")}
-    for name, make in ({} if args.profile_only else drafters).items():
+    prompts_by_domain = {d: [encode_messages(target.tokenizer, build_messages(get_domain(d), ex, 0)) for ex in exs]
+                         for d, exs in groups.items()}
+    chosen = {} if args.profile_only else {n: drafters[n] for n in args.drafters.split(",")}
+    for name, make in chosen.items():
         start = time.perf_counter()
         engine = {s: [measure(target, get_domain(d), exs, make, s, config, mode="engine", progress=False)
                       for d, exs in groups.items()] for s in skips}
@@ -78,13 +99,21 @@ def main() -> None:
                                                 batch_size=args.batch_size, progress=True)):
                 batched.setdefault(s, []).append(m)
         replay_s = time.perf_counter() - start
-        identical = all(
-            [(p.output_text, p.accept_lengths) for m in engine[s] for p in m.per_prompt]
-            == [(p.output_text, p.accept_lengths) for m in batched[s] for p in m.per_prompt]
-            for s in skips
-        )
+        differing = []
+        for s in skips:
+            for d, m_engine, m_replay in zip(groups, engine[s], batched[s]):
+                for prompt, p, q in zip(prompts_by_domain[d], m_engine.per_prompt, m_replay.per_prompt):
+                    if (p.output_text, p.accept_lengths) == (q.output_text, q.accept_lengths):
+                        continue
+                    row = {"skip": list(s), "example": p.example_id, "same_output": p.output_text == q.output_text}
+                    if not row["same_output"]:
+                        row |= first_divergence(target, prompt, s, p.output_text, q.output_text)
+                    differing.append(row)
+                    print(f"  differs: {row}")
+        identical = not differing
         report["drafters"][name] = {
             "engine_s": engine_s, "replay_s": replay_s, "ratio": engine_s / replay_s, "identical": identical,
+            "runs": len(skips) * len(examples), "differing": differing,
             "peak_rss_mb_after_engine": engine_rss, "peak_rss_mb_after_replay": peak_rss_mb(),
             "accept": {str(list(s)): [m.accept_length for m in engine[s]] for s in skips},
         }
@@ -92,7 +121,7 @@ def main() -> None:
 
     profile = profile_for(target.model)
     checks = []
-    prompts = [encode_messages(target.tokenizer, build_messages(domain, ex, 0)) for ex in groups["translation"]]
+    prompts = prompts_by_domain["translation"]
     for name, make in drafters.items():
         for s in [(), (5, 9), (8, 12, 16, 20)]:
             runs = [speculative_generate(target.model, p, make(), config, s, target.eos_token_ids) for p in prompts]

@@ -58,7 +58,7 @@ def trained(tmp_path_factory, models):
     out = train_eagle_head(target, tmp_path_factory.mktemp("eagle") / "head",
                            TrainingRecipe(prompts=str(prompts), max_new_tokens=48, epochs=30, learning_rate=1e-2,
                                           batch_size=4, target_top_k=256))
-    return load_eagle_head(str(out), models[0].config, NUM_LAYERS), json.loads((out / "training.json").read_text())
+    return load_eagle_head(str(out), models[0].config, NUM_LAYERS), json.loads((out / "training.json").read_text()), out
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_eagle_output_equals_target_greedy(models, trained, layout, tree, skip, 
 def test_trained_head_agrees_with_the_target_and_is_accepted(models, trained):
     """A random 4-layer target is hard to predict from one layer; training still lifts agreement
     and acceptance well above an untrained head's, and trees above chains."""
-    head, summary = trained
+    head, summary, _ = trained
     agreement = [h["held_out_agreement"] for h in summary["history"]]
     assert agreement[-1] > max(0.05, agreement[0]), agreement
     target = models[0]
@@ -205,6 +205,18 @@ def test_each_first_draft_is_the_heads_prediction_from_the_committed_features(mo
         expected = int(row.argmax())  # the trained head drafts the full vocabulary
         top2 = row.topk(2).values
         assert token == expected or float(top2[0] - top2[1]) < 1e-4, (length, token, expected)
+
+
+def test_training_replies_are_a_vocabulary_corpus(models, trained):
+    """responses.jsonl holds each training sequence's reply as text: `vocab_corpus` reads it back."""
+    from specsparse.data.corpus import load_responses
+    from specsparse.decoding.models import tiny_tokenizer
+
+    out = trained[2]
+    records = json.loads((out / "data.json").read_text())["records"]
+    expected = [tiny_tokenizer().decode(r["tokens"][r["prompt_length"]:], skip_special_tokens=True) for r in records]
+    assert load_responses(str(out / "responses.jsonl")) == expected
+    assert sum(len(text) for text in expected) > 0
 
 
 def test_features_of_a_skipped_layer_are_the_stream_passing_it(models):

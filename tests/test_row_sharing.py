@@ -12,20 +12,30 @@ from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.session import BatchedSession, ModelSession, _prefix_rounds
 from specsparse.types import GenerationConfig
 
-# Prompts built from a few stems, so that rows really share prefixes of every length.
-stems = st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=3)
+
+# Prompts built from a few stems, prefixes of one another or not, so that rows really share
+# prefixes of every length.
+@st.composite
+def stems(draw):
+    base = draw(st.lists(st.integers(0, 30), min_size=1, max_size=12))
+    cuts = draw(st.lists(st.integers(1, len(base)), min_size=1, max_size=3))
+    others = draw(st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), max_size=2))
+    return [base[:cut] for cut in cuts] + others
 
 
 @st.composite
-def prompt_rows(draw):
-    """(stems, rows): each row a prompt (stem + tail) and a skip set from a small pool."""
-    pool = draw(stems)
+def prompt_waves(draw, waves=1):
+    """`waves` lists of rows: each row a prompt (stem + tail) and a skip set, from one small pool of
+    stems and skip sets shared by every wave."""
+    pool = draw(stems())
     skips = draw(st.lists(skip_sets(NUM_LAYERS), min_size=1, max_size=2))
-    rows = draw(st.lists(
-        st.tuples(st.sampled_from(pool), st.lists(st.integers(0, 30), max_size=6), st.sampled_from(skips)),
-        min_size=1, max_size=6,
-    ))
-    return [(stem + tail, skip) for stem, tail, skip in rows if stem + tail]
+    row = st.tuples(st.sampled_from(pool), st.lists(st.integers(0, 30), max_size=6), st.sampled_from(skips))
+    drawn = [draw(st.lists(row, min_size=1, max_size=6)) for _ in range(waves)]
+    return [[(stem + tail, skip) for stem, tail, skip in rows if stem + tail] for rows in drawn]
+
+
+def prompt_rows():
+    return prompt_waves().map(lambda waves: waves[0])
 
 
 @settings(max_examples=60, deadline=None)
@@ -50,10 +60,11 @@ def test_every_row_is_covered_once_by_segments_that_share_tokens_and_skip_set(ro
 
 
 @settings(max_examples=40, deadline=None)
-@given(first=prompt_rows(), second=prompt_rows(), min_shared=st.integers(1, 4))
-def test_shared_prefill_gives_each_row_its_own_logits(tiny, first, second, min_shared):
+@given(waves=prompt_waves(waves=2), min_shared=st.integers(1, 4))
+def test_shared_prefill_gives_each_row_its_own_logits(tiny, waves, min_shared):
     """Two waves (the second wave's rows can copy prefixes from the first's, still held): the next
     token's logits of every row equal those of the prompt prefilled alone."""
+    first, second = waves
     rows = first + second
     with torch.inference_mode():
         session = BatchedSession(tiny.model, (), len(rows), 64)
@@ -149,3 +160,21 @@ def test_a_late_start_beside_a_long_chunk_fits_a_tight_cache(tiny):
             alone = ModelSession(tiny.model, ())
             alone.prefill(tokens)
             torch.testing.assert_close(logits[row], alone.forward([last]), rtol=1e-4, atol=1e-4)
+
+
+def test_rows_with_one_history_split_at_different_lengths_share_no_layer(tiny):
+    """Two rows under skip sets that agree below layer 2 ask for the same tokens, but one copied a
+    prefix from an earlier row and runs only the rest: their inputs differ, so no layer is shared."""
+    prompt = list(range(3, 27))
+    with torch.inference_mode():
+        session = BatchedSession(tiny.model, (), 3, 64)
+        session.reset_row(0, (2,))
+        session.prefill({0: [*prompt[:16], 40, 41]})
+        session.reset_row(1, (2,))
+        session.reset_row(2, (3,))
+        session.prefill({1: prompt, 2: prompt}, min_shared=4)  # row 1 copies 16 tokens from row 0
+        logits = session.forward({1: [50], 2: [50]})
+        for row, skip in ((1, (2,)), (2, (3,))):
+            alone = ModelSession(tiny.model, skip)
+            alone.prefill(prompt)
+            torch.testing.assert_close(logits[row], alone.forward([50]), rtol=1e-4, atol=1e-4)

@@ -356,8 +356,10 @@ class BatchedSession:
         """Per layer, the classes of rows with equal input there: same cached tokens, same chunk and the
         same skipped layers below it (None where every row runs the layer on its own)."""
         device = self.model.device
-        ids: dict[tuple[int, ...], int] = {}  # a number per distinct token history (rows without a chunk: their own)
-        histories = [ids.setdefault((*self.tokens[r], *chunks[r]), i) if chunks.get(r) else i
+        # A number per distinct (cached tokens, chunk): equal token histories split at different
+        # lengths run different inputs. Rows without a chunk get their own.
+        ids: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        histories = [ids.setdefault((tuple(self.tokens[r]), tuple(chunks[r])), i) if chunks.get(r) else i
                      for i, r in enumerate(rows)]
         plans: list[LayerPlan | None] = []
         for layer in range(self.skipper.num_layers):

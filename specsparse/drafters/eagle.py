@@ -35,7 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, L
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache
 from specsparse.drafters.base import Drafter, Proposal
-from specsparse.util import checkpoint_sha256
+from specsparse.util import atomic_write_text, checkpoint_sha256
 
 LAYOUTS = ("eagle", "eagle3")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -163,9 +163,7 @@ class EagleHead(nn.Module):
             target_hidden_size=self.target_hidden_size,
             eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.feature_layers)},
         )
-        partial = directory / "config.json.partial"
-        partial.write_text(json.dumps(config, indent=2, default=str))
-        partial.replace(directory / "config.json")
+        atomic_write_text(directory / "config.json", json.dumps(config, indent=2, default=str))
 
 
 def _prefix(layout: str) -> str:

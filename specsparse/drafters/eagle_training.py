@@ -18,8 +18,10 @@ cross-entropy); 10% of the sequences held out to report the head's top-1 agreeme
 each epoch.
 
 The output directory holds the checkpoint (`model.safetensors`, `config.json`: `drafter=eagle
-drafter.path=DIR`), the generated data (`data.json`), `training.json` (losses and agreement per
-epoch) and, while training runs, `resume.pt`: an interrupted run started again resumes there.
+drafter.path=DIR`), the generated data (`data.json`), its replies as text (`responses.jsonl`, one
+{"response"} per training sequence: the corpus the vocabulary paper counts a draft vocabulary on,
+`vocab_corpus=[DIR/responses.jsonl]`), `training.json` (losses and agreement per epoch) and, while
+training runs, `resume.pt`: an interrupted run started again resumes there.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN
 from specsparse.drafters.eagle import EagleHead
 from specsparse.types import GenerationConfig
+from specsparse.util import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +318,9 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     else:
         records = generate_data(target, recipe)
         _write_json(data_path, {"key": data_key, "records": records})
+    responses = [{"response": target.tokenizer.decode(r["tokens"][r["prompt_length"]:], skip_special_tokens=True)}
+                 for r in records]
+    atomic_write_text(output / "responses.jsonl", "".join(json.dumps(r) + "\n" for r in responses))
     sequences = [r["tokens"] for r in records]
     model = target.model
     draft_to_target = draft_vocabulary([r["tokens"][r["prompt_length"]:] for r in records], recipe,
@@ -359,7 +365,4 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
 
 
 def _write_json(path: Path, value) -> None:
-    """Write through a temporary file, so an interrupted run leaves no half-written file."""
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(json.dumps(value))
-    partial.replace(path)
+    atomic_write_text(path, json.dumps(value))

@@ -7,9 +7,9 @@ profile's prediction against the engine's measured ms/token. Writes JSON next to
 Part 1: every (skip set, drafter) is measured both ways on the same prompts: `measure.mode=engine`
 (one prompt at a time) and replay (`measure_many`, every configuration batched together); accept
 length, metric and per-prompt outputs must be identical, and the wall times are compared.
-Part 2: for 3 skip sets x 2 drafters, the engine's decode ms/token (wall minus prefill, timed here)
-against the cost profile's modeled ms/token of the same runs' step counts (the profile models decoding;
-prefill is left out of both).
+Part 2: for 3 skip sets x 2 drafters, the engine's decode ms/token (wall minus prefill, timed here;
+the median of interleaved repeats) against the cost profile's modeled ms/token of the same runs' step
+counts (the profile models decoding; prefill is left out of both).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np
 import torch
 
 from specsparse.data import build_messages, get_domain, load_examples
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--drafters", default="pld,samd", help="comma-separated subset of pld,samd")
     parser.add_argument("--profile-only", action="store_true", help="run part 2 only")
+    parser.add_argument("--profile-repeats", type=int, default=3, help="interleaved repeats of part 2")
     parser.add_argument("--out", default="outputs/bench_measure.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -122,21 +124,34 @@ def main() -> None:
     profile = profile_for(target.model)
     checks = []
     prompts = prompts_by_domain["translation"]
-    for name, make in drafters.items():
-        for s in [(), (5, 9), (8, 12, 16, 20)]:
-            runs = [speculative_generate(target.model, p, make(), config, s, target.eos_token_ids) for p in prompts]
-            tokens = sum(r.new_tokens for r in runs)
-            measured = 1000 * sum(r.wall_time_s - r.prefill_time_s for r in runs) / tokens
-            chunks = [n for r in runs for n in r.verified_lengths]
-            counts = Measurement(accept_length=0, metric=None, cost=0, flops_fraction=0, tokens_per_s=0,
-                                 new_tokens=tokens, target_forwards=len(chunks), wall_time_s=0,
-                                 verified_tokens=sum(chunks),
-                                 chunk_counts=count_chunks(chunks))
-            modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(make(), profile)).cost
-            checks.append({"drafter": name, "skip": list(s), "engine_decode_ms_per_token": measured,
-                           "modeled_ms_per_token": modeled, "error": modeled / measured - 1})
-            print(f"profile {name} skip{list(s)}: engine {measured:.1f} ms/token (decode), modeled {modeled:.1f} "
-                  f"({100 * (modeled / measured - 1):+.0f}%)")
+    cases = [(name, s) for name in drafters for s in [(), (5, 9), (8, 12, 16, 20)]]
+    # Every case runs each prompt in turn, in alternating order, `--profile-repeats` times: the median
+    # over repeats of each case's decode ms/token is compared (the outputs, hence step counts, repeat).
+    decode_ms = {case: [] for case in cases}
+    runs = {}
+    for repeat in range(args.profile_repeats):
+        seconds, tokens = dict.fromkeys(cases, 0.0), dict.fromkeys(cases, 0)
+        for i, p in enumerate(prompts):
+            for name, s in cases if (repeat + i) % 2 == 0 else cases[::-1]:
+                r = speculative_generate(target.model, p, drafters[name](), config, s, target.eos_token_ids)
+                seconds[name, s] += r.wall_time_s - r.prefill_time_s
+                tokens[name, s] += r.new_tokens
+                runs.setdefault((name, s), {})[i] = r
+        for case in cases:
+            decode_ms[case].append(1000 * seconds[case] / tokens[case])
+    for (name, s), measured_all in decode_ms.items():
+        results = list(runs[name, s].values())
+        chunks = [n for r in results for n in r.verified_lengths]
+        counts = Measurement(accept_length=0, metric=None, cost=0, flops_fraction=0, tokens_per_s=0,
+                             new_tokens=sum(r.new_tokens for r in results), target_forwards=len(chunks),
+                             wall_time_s=0, verified_tokens=sum(chunks), chunk_counts=count_chunks(chunks))
+        modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(drafters[name](), profile)).cost
+        measured = float(np.median(measured_all))
+        checks.append({"drafter": name, "skip": list(s), "engine_decode_ms_per_token": measured,
+                       "engine_repeats_ms_per_token": measured_all, "modeled_ms_per_token": modeled,
+                       "error": modeled / measured - 1})
+        print(f"profile {name} skip{list(s)}: engine {measured:.1f} ms/token (decode, median of "
+              f"{min(measured_all):.1f}-{max(measured_all):.1f}), modeled {modeled:.1f} ({100 * (modeled / measured - 1):+.0f}%)")
     report["profile_check"] = checks
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ against the dense greedy output of the same dtype (lossless).
 
     python scripts/bench_eagle.py --head ~/.cache/specsparse/eagle/smollm2-135m
     python scripts/bench_eagle.py --head DIR --spec-bench ../shared/data/spec_bench/question.jsonl --dtypes float32,bfloat16
+    python scripts/bench_eagle.py --head FULL --head TRAINED_AT_K --vocab-file ids.json   # the vocabulary paper
 
 Held-out built-in prompts are the test splits (80%) of the built-in sets; `specsparse train-drafter`
 trains on their calibration splits. Accept length is tokens per verification step, bonus included.
@@ -66,11 +67,16 @@ def run(args, dtype: str) -> list[dict]:
         "pld": lambda: PromptLookupDrafter(),
         "samd": lambda: SuffixAutomatonDrafter(fallback=TokenRecyclingDrafter(vocab)),
     }
+    trim = None if args.vocab_file is None else json.loads(Path(args.vocab_file).read_text())
     for path in args.head:
         head = EagleDrafter.from_target(loaded, path=path).head
-        label = f"eagle ({head.draft_vocab_size} tokens)"
-        methods[f"{label} chain"] = lambda head=head: EagleDrafter(head, model)
-        methods[f"{label} tree {args.tree[0]}x{args.tree[1]}"] = lambda head=head: EagleDrafter(head, model, args.tree)
+        variants = [(f"eagle ({head.draft_vocab_size} tokens)", None)]
+        if trim is not None and head.draft_vocab_size == vocab:  # a full head drafting through the file's rows
+            variants.append((f"eagle ({vocab} tokens) through {len(trim)} rows", trim))
+        for label, ids in variants:
+            methods[f"{label} chain"] = lambda head=head, ids=ids: EagleDrafter(head, model, vocab_ids=ids)
+            methods[f"{label} tree {args.tree[0]}x{args.tree[1]}"] = (
+                lambda head=head, ids=ids: EagleDrafter(head, model, args.tree, vocab_ids=ids))
     prompts = held_out_prompts(loaded.tokenizer, args.per_domain, args.spec_bench)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
     names = list(methods)
@@ -118,6 +124,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--tree", type=int, nargs=2, default=(4, 16), metavar=("TOP_K", "TOTAL"))
+    parser.add_argument("--vocab-file", default=None,
+                        help="JSON list of token ids (a job's draft_vocab_ids): full-vocabulary heads also draft "
+                             "through these rows of the LM head, untrained at that size")
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
     for head in args.head:

@@ -109,16 +109,20 @@ def test_one_prompt_under_several_skip_sets_gives_each_its_own_logits(tiny, prom
 
 @settings(max_examples=25, deadline=None)
 @given(
-    prompts=st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=8), min_size=1, max_size=3),
+    stem=st.lists(st.integers(0, 20), max_size=14),
+    tails=st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=6), min_size=1, max_size=3),
     skips=st.lists(skip_sets(NUM_LAYERS), min_size=1, max_size=4),
     max_new=st.integers(1, 12),
     batch_size=st.integers(1, 8),
 )
-def test_every_prompt_under_every_skip_set_in_one_batch_equals_the_engine(models, prompts, skips, max_new, batch_size):
-    """What a search level measures: every (skip set, prompt) row in one lockstep batch."""
+def test_every_prompt_under_every_skip_set_in_one_batch_equals_the_engine(models, stem, tails, skips, max_new,
+                                                                         batch_size):
+    """What a search level measures: every (skip set, prompt) row in one lockstep batch. Prompts share
+    a stem long enough for prefill to share it, and rows entering late copy it from earlier rows."""
+    prompts = [stem + tail for tail in tails]
     target = models[0]
     config = GenerationConfig(max_new_tokens=max_new, num_draft_tokens=0)
-    rows = [(skip, prompt) for skip in skips for prompt in prompts]
+    rows = [(skip, prompt) for prompt in prompts for skip in skips]  # example-major, as measurement orders them
     batched = generate_batch(target, [p for _, p in rows], None, config, [s for s, _ in rows], batch_size=batch_size)
     expected = [speculative_generate(target, p, None, config, s).new_token_ids for s, p in rows]
     assert [r.new_token_ids for r in batched] == expected

@@ -87,6 +87,9 @@ def main() -> None:
     groups = {name: [ex for ex in examples if ex.domain == name] for name in ("translation", "summarization")}
     prompts_by_domain = {d: [encode_messages(target.tokenizer, build_messages(get_domain(d), ex, 0)) for ex in exs]
                          for d, exs in groups.items()}
+    unknown = set(args.drafters.split(",")) - set(drafters)
+    if unknown:
+        parser.error(f"--drafters: unknown {sorted(unknown)}; choose from {sorted(drafters)}")
     chosen = {} if args.profile_only else {n: drafters[n] for n in args.drafters.split(",")}
     for name, make in chosen.items():
         start = time.perf_counter()

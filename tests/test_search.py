@@ -11,7 +11,7 @@ import pkgutil
 from collections import Counter
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import specsparse.search as search_pkg
@@ -367,6 +367,8 @@ def test_gm_skip_deletes_in_reverse_order_while_the_balance_holds():
 @given(drops=st.lists(st.floats(-0.05, 0.3), min_size=6, max_size=6), weight=st.floats(0, 2), depth=st.integers(1, 6))
 @example(drops=[0.25] * 5 + [2.220446049250313e-16], weight=0.0, depth=1)  # a float-rounding "drop": kept
 def test_gm_skip_keeps_exactly_the_deletions_that_do_not_lower_the_balance(drops, weight, depth):
+    # A balance change near the 1e-12 tolerance is decided by float rounding of sums: left out.
+    assume(all(not -1e-10 < weight / 6 - d < -1e-14 for d in drops))
     fn = Counted(additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
     strategy = GreedySearch(6, max_depth=depth, sparsity_weight=weight)
     result = run(strategy, fn)

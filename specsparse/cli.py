@@ -228,21 +228,24 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_profile)
 
 
-def set_threads(threads: int | None) -> None:
-    """torch's intra-op thread count (None: leave torch's own)."""
-    if threads is not None:
-        import torch  # noqa: PLC0415
+def set_threads(threads: int | None) -> int | None:
+    """Set torch's intra-op thread count (None: leave torch's own); `fail`'s exit code for a bad count."""
+    if threads is None:
+        return None
+    if threads < 1:
+        return fail(f"--threads {threads}: give a positive thread count")
+    import torch  # noqa: PLC0415
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    return None
 
 
 def run_profile(args: argparse.Namespace) -> int:
     from specsparse.decoding.models import load_model  # noqa: PLC0415
     from specsparse.measuring.profile import measure_profile, profile_for, profile_path, save_profile  # noqa: PLC0415
 
-    if args.threads is not None and args.threads < 1:
-        return fail(f"--threads {args.threads}: give a positive thread count")
-    set_threads(args.threads)
+    if (code := set_threads(args.threads)) is not None:
+        return code
     try:
         loaded = load_model(args.model, dtype=args.dtype, device=args.device)
     except (ModelLoadError, ValueError) as err:
@@ -295,9 +298,8 @@ def run_train_drafter(args: argparse.Namespace) -> int:
     from specsparse.decoding.models import load_model  # noqa: PLC0415
     from specsparse.drafters.eagle_training import train_eagle_head  # noqa: PLC0415
 
-    if args.threads is not None and args.threads < 1:
-        return fail(f"--threads {args.threads}: give a positive thread count")
-    set_threads(args.threads)
+    if (code := set_threads(args.threads)) is not None:
+        return code
     if args.prompts != "builtin" and not Path(args.prompts).is_file():
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
     if args.vocab_file is not None and not Path(args.vocab_file).is_file():

@@ -56,6 +56,8 @@ CASES = [
     ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--port", "99999"], "--port"),
     ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--draft-length", "long"], "--draft-length"),
     ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--host", "0.0.0.0"], "API key"),
+    ("cli", ["profile", "--model", "tiny", "--threads", "0"], "--threads"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--threads", "0"], "--threads"),
     ("cli", ["report", "{tmp}"], "no finished jobs"),
     ("cli", ["report", "{tmp}", "--publish", "nobody"], "ENTITY/PROJECT"),
     ("cli", ["report", "{tmp}", "--mixed-stream", "0"], "--mixed-stream"),

@@ -182,3 +182,33 @@ def test_rows_with_one_history_split_at_different_lengths_share_no_layer(tiny):
             alone = ModelSession(tiny.model, skip)
             alone.prefill(prompt)
             torch.testing.assert_close(logits[row], alone.forward([50]), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    contexts=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=6),
+    chunk_lengths=st.lists(st.integers(0, 6), min_size=6, max_size=6),
+    skips=st.lists(skip_sets(NUM_LAYERS), min_size=1, max_size=3),
+    all_rows=st.booleans(),
+)
+def test_linear_maps_on_token_positions_only_equal_the_padded_forward(tiny, contexts, chunk_lengths, skips, all_rows):
+    """Rows with chunks of very different lengths (0 to 6 tokens, as a lockstep step has): the forward
+    whose linear maps run on token positions only, with grouped-query attention reading keys and values
+    in place, gives the logits of the padded forward with HF's attention."""
+    chunk_lengths = [max(1, chunk_lengths[0]), *chunk_lengths[1:]]  # a forward runs at least one token
+
+    def run(fast: bool) -> dict[int, torch.Tensor]:
+        with torch.inference_mode():
+            session = BatchedSession(tiny.model, (), len(contexts), 64)
+            if not fast:
+                session.pack_below, session.attention = 0.0, None
+            for row, context in enumerate(contexts):
+                session.reset_row(row, skips[row % len(skips)])
+                session.prefill({row: context})
+            chunks = {row: [(7 * row + i) % 31 for i in range(chunk_lengths[row])] for row in range(len(contexts))}
+            return session.forward({r: c for r, c in chunks.items() if c or not all_rows}, all_rows=all_rows)
+
+    fast, padded = run(True), run(False)
+    assert fast.keys() == padded.keys()
+    for row in padded:
+        torch.testing.assert_close(fast[row], padded[row], rtol=1e-5, atol=1e-5)

@@ -126,3 +126,21 @@ def test_speculative_decoding_is_lossless_with_sliding_window_layers(gemma_like)
                 logits = physically_removed(gemma_like, skip)(input_ids=torch.tensor([tokens]), use_cache=False).logits
                 tokens.append(int(logits[0, -1].argmax()))
         assert list(plain.new_token_ids) == tokens[len(prompt):]
+
+
+def test_batched_rows_equal_the_engine_with_sliding_window_layers(gemma_like):
+    """Lockstep rows of different prompt lengths and skip sets (chunks of 1 to 5 tokens, padded and
+    packed) on a model whose layers attend through a sliding window: each row equals the engine."""
+    from specsparse.decoding.batched import generate_batch
+    from specsparse.decoding.engine import speculative_generate
+    from specsparse.drafters import PromptLookupDrafter
+    from specsparse.types import GenerationConfig
+
+    prompts = [[3, 4, 5, 6, 3, 4, 5, 6, 3, 4], [7, 8], [9, 10, 11, 9, 10, 11, 9, 10, 11, 9, 10, 11, 9], [12, 13, 14]]
+    skips = [(), (0,), (1, 2), (3,)]
+    config = GenerationConfig(max_new_tokens=16, num_draft_tokens=4, stop_on_eos=False)
+    batched = generate_batch(gemma_like, prompts, [PromptLookupDrafter() for _ in prompts], config, skips, batch_size=4)
+    for prompt, skip, result in zip(prompts, skips, batched):
+        alone = speculative_generate(gemma_like, prompt, PromptLookupDrafter(), config, skip)
+        assert result.new_token_ids == alone.new_token_ids
+        assert result.accept_lengths == alone.accept_lengths

@@ -14,6 +14,13 @@ only on the row's tokens and on which earlier layers it skipped, so rows with th
 (one prompt under several skip sets) that agree on the layers below are computed once at that layer
 and the result shared: skip sets first differing at layer l share the work of every layer below l.
 
+Rows of one forward have chunks of different lengths (a draft of k tokens beside an empty one, a
+long prompt beside a short one) and run padded to the longest. On CPU, when padding is a large share
+of the positions, the layers' linear maps run on the token positions only (`_PackedLinear`; padding
+positions carry zeros, and nothing reads them: their keys and values are never stored and their
+outputs are dropped), and attention reads grouped-query keys and values in place instead of
+repeating them per query head (`ROWS_ATTENTION`). Both give the same numbers as the padded forward.
+
 Prefill shares prompt prefixes (`BatchedSession.prefill`): prompts of one domain repeat the chat
 template's system turn and often few-shot exemplars, and the keys and values of a prefix depend only
 on its tokens and the skip set. A prefix shared by rows of one skip set is computed once, in one of
@@ -29,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 
 from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache, skipper_for, validate_skip_layers
 
@@ -197,17 +204,71 @@ class LayerPlan:
     source: torch.Tensor
 
 
+ROWS_ATTENTION = "specsparse_rows_sdpa"
+
+
+def _rows_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """SDPA with each key/value head read in place by its group of query heads (`enable_gqa`), where
+    HF's sdpa repeats keys and values for masked multi-token queries: a copy of every row's cache per
+    layer, as long as the attention itself on CPU. Registered with transformers' AttentionInterface."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling,
+        enable_gqa=getattr(module, "num_key_value_groups", 1) > 1)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ROWS_ATTENTION, _rows_attention)
+
+PACK_BELOW = 0.9  # linear maps run on token positions only when these are under this share of the padded ones
+
+
+class _TokenPositions:
+    """The token (not padding) positions of a padded forward, for the linear maps of the rows now running."""
+
+    def __init__(self) -> None:
+        self.written: torch.Tensor | None = None  # [rows, width]; None: linear maps run on every position
+        self.index: torch.Tensor | None = None  # flat positions of tokens among the running rows' [rows * width]
+        self.size = 0  # rows * width of the running rows
+
+    def select(self, rows: torch.Tensor | None) -> None:
+        """The running rows: all of the forward's (None) or a subset (indices into them)."""
+        if self.written is not None:
+            mask = self.written if rows is None else self.written[rows]
+            self.index = mask.reshape(-1).nonzero().squeeze(1)
+            self.size = mask.numel()
+
+
+class _PackedLinear(torch.nn.Module):
+    """A linear map computed at the token positions only; padding positions get zeros."""
+
+    def __init__(self, linear: torch.nn.Linear, positions: _TokenPositions):
+        super().__init__()
+        self.linear = linear
+        self.positions = positions
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        index = self.positions.index
+        if index is None or x.shape[:-1].numel() != self.positions.size:
+            return self.linear(x)
+        flat = x.reshape(-1, x.shape[-1])
+        out = flat.new_zeros(flat.shape[0], self.linear.out_features)
+        out.index_copy_(0, index, self.linear(flat.index_select(0, index)))
+        return out.view(*x.shape[:-1], self.linear.out_features)
+
+
 class _SharedRowsLayer(torch.nn.Module):
     """A decoder layer run on `plan.computed` rows only; each row that keeps it takes its class's output,
     a row that skips it passes its input on (plan None: every row runs it, as usual)."""
 
-    def __init__(self, layer: torch.nn.Module):
+    def __init__(self, layer: torch.nn.Module, positions: _TokenPositions):
         super().__init__()
         self.layer = layer
+        self.positions = positions
         self.plan: LayerPlan | None = None
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         plan = self.plan
+        self.positions.select(None if plan is None else plan.computed)
         if plan is None:
             out = self.layer(hidden_states, *args, **kwargs)
             return out[0] if isinstance(out, tuple) else out
@@ -243,7 +304,14 @@ class BatchedSession:
         # Models with sliding-window layers take one mask per layer kind (Gemma 3).
         self.sliding_window = getattr(config, "sliding_window", None) if "sliding_attention" in layer_types else None
         self.eager = getattr(config, "_attn_implementation", "sdpa") == "eager"
+        # CPU only: on CUDA a masked grouped-query SDPA falls back to the math kernel, and padding costs
+        # little where a forward is bound by latency, not arithmetic.
+        on_cpu = model.device.type == "cpu"
+        self.attention = ROWS_ATTENTION if on_cpu and getattr(config, "_attn_implementation", None) == "sdpa" else None
+        self.pack_below = PACK_BELOW if on_cpu else 0.0
         self.pad_id = 0
+        self.positions = _TokenPositions()
+        self._linears: list[tuple[torch.nn.Module, str, torch.nn.Linear, _PackedLinear]] | None = None
 
     def forward(
         self, chunks: dict[int, list[int]], all_rows: bool = False, head_weight: torch.Tensor | None = None
@@ -319,7 +387,9 @@ class BatchedSession:
         self.cache.tokens_at = self.cache.written.nonzero(as_tuple=True)  # once per forward, not per layer
         self.cache.kv_length = kv_length
         device = self.model.device
-        with self._skipping(rows, chunks):
+        packed = int(sizes.sum()) < self.pack_below * len(rows) * width
+        with self._skipping(rows, chunks), self._packing(self.cache.written if packed else None), \
+                self._attention():
             out = self.skipper.base(
                 input_ids=ids.to(device), attention_mask=self._mask(positions), position_ids=positions.to(device),
                 cache=self.cache, use_cache=True,
@@ -340,7 +410,7 @@ class BatchedSession:
                 yield
             return
         base = self.skipper.base
-        wrapped = torch.nn.ModuleList(_SharedRowsLayer(layer) for layer in self.skipper.all_layers)
+        wrapped = torch.nn.ModuleList(_SharedRowsLayer(layer, self.positions) for layer in self.skipper.all_layers)
         for index, plan in enumerate(self._layer_plans(rows, chunks)):
             wrapped[index].plan = plan
             if plan is not None:
@@ -351,6 +421,40 @@ class BatchedSession:
         finally:
             base._modules["layers"] = self.skipper.all_layers
             self.cache.layer_plans = {}
+
+    @contextmanager
+    def _attention(self) -> Iterator[None]:
+        """The model's attention is `self.attention` inside the block (None: as loaded)."""
+        if self.attention is None:
+            yield
+            return
+        config = self.model.config
+        loaded, config._attn_implementation = config._attn_implementation, self.attention
+        try:
+            yield
+        finally:
+            config._attn_implementation = loaded
+
+    @contextmanager
+    def _packing(self, written: torch.Tensor | None) -> Iterator[None]:
+        """With `written` [rows, width], every decoder layer's linear maps run on its token positions only."""
+        if written is None:
+            yield
+            return
+        if self._linears is None:
+            self._linears = [(module, name, child, _PackedLinear(child, self.positions))
+                             for layer in self.skipper.all_layers for module in layer.modules()
+                             for name, child in module._modules.items() if isinstance(child, torch.nn.Linear)]
+        self.positions.written = written
+        self.positions.select(None)
+        for module, name, _, wrapper in self._linears:
+            module._modules[name] = wrapper
+        try:
+            yield
+        finally:
+            for module, name, linear, _ in self._linears:
+                module._modules[name] = linear
+            self.positions.written = self.positions.index = None
 
     def _layer_plans(self, rows: list[int], chunks: dict[int, list[int]]) -> list[LayerPlan | None]:
         """Per layer, the classes of rows with equal input there: same cached tokens, same chunk and the

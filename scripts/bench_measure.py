@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--drafters", default="pld,samd", help="comma-separated subset of pld,samd")
     parser.add_argument("--profile-only", action="store_true", help="run part 2 only")
-    parser.add_argument("--profile-repeats", type=int, default=3, help="interleaved repeats of part 2")
+    parser.add_argument("--profile-repeats", type=int, default=3, help="interleaved repeats of part 2 (0: part 1 only)")
     parser.add_argument("--out", default="outputs/bench_measure.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -124,10 +124,10 @@ def main() -> None:
         }
         print(f"{name}: engine {engine_s:.1f} s, replay {replay_s:.1f} s ({engine_s / replay_s:.2f}x), identical={identical}")
 
-    profile = profile_for(target.model)
     checks = []
     prompts = prompts_by_domain["translation"]
-    cases = [(name, s) for name in drafters for s in [(), (5, 9), (8, 12, 16, 20)]]
+    cases = [(name, s) for name in drafters for s in [(), (5, 9), (8, 12, 16, 20)]] if args.profile_repeats else []
+    profile = profile_for(target.model) if cases else None
     # Every case runs each prompt in turn, in alternating order, `--profile-repeats` times: the median
     # over repeats of each case's decode ms/token is compared (the outputs, hence step counts, repeat).
     decode_ms = {case: [] for case in cases}

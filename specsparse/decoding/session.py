@@ -229,13 +229,22 @@ class _TokenPositions:
         self.written: torch.Tensor | None = None  # [rows, width]; None: linear maps run on every position
         self.index: torch.Tensor | None = None  # flat positions of tokens among the running rows' [rows * width]
         self.size = 0  # rows * width of the running rows
+        self._all: tuple[torch.Tensor | None, int] = (None, 0)  # (index, size) of all the forward's rows
+
+    def use(self, written: torch.Tensor | None) -> None:
+        """A new forward's token mask (None: no packing); all its rows run."""
+        self.written = written
+        self._all = (None, 0) if written is None else _flat_tokens(written)
+        self.index, self.size = self._all
 
     def select(self, rows: torch.Tensor | None) -> None:
         """The running rows: all of the forward's (None) or a subset (indices into them)."""
         if self.written is not None:
-            mask = self.written if rows is None else self.written[rows]
-            self.index = mask.reshape(-1).nonzero().squeeze(1)
-            self.size = mask.numel()
+            self.index, self.size = self._all if rows is None else _flat_tokens(self.written[rows])
+
+
+def _flat_tokens(mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return mask.reshape(-1).nonzero().squeeze(1), mask.numel()
 
 
 class _PackedLinear(torch.nn.Module):
@@ -445,8 +454,7 @@ class BatchedSession:
             self._linears = [(module, name, child, _PackedLinear(child, self.positions))
                              for layer in self.skipper.all_layers for module in layer.modules()
                              for name, child in module._modules.items() if isinstance(child, torch.nn.Linear)]
-        self.positions.written = written
-        self.positions.select(None)
+        self.positions.use(written)
         for module, name, _, wrapper in self._linears:
             module._modules[name] = wrapper
         try:
@@ -454,7 +462,7 @@ class BatchedSession:
         finally:
             for module, name, linear, _ in self._linears:
                 module._modules[name] = linear
-            self.positions.written = self.positions.index = None
+            self.positions.use(None)
 
     def _layer_plans(self, rows: list[int], chunks: dict[int, list[int]]) -> list[LayerPlan | None]:
         """Per layer, the classes of rows with equal input there: same cached tokens, same chunk and the

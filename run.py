@@ -14,6 +14,7 @@ A bad configuration value stops the job before any model loads, with one line on
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 import sys
@@ -23,6 +24,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_original_cwd
 from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("run")
 
 CHOICE_GROUPS = ("model", "drafter", "domain", "search", "runner", "logger", "experiment")
 
@@ -38,6 +41,7 @@ def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     choices = {g: str(v) for g, v in hydra_cfg.runtime.choices.items() if g in CHOICE_GROUPS and v is not None}
+    log.info(_preset_line(choices.get("experiment"), hydra_cfg.overrides.task))  # console and the job's run.log
     output_dir = Path(hydra_cfg.runtime.output_dir)
     signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -62,9 +66,18 @@ def main(cfg: DictConfig) -> None:
     print(f"tables and plots: specsparse report {plan.output_dir.parent if multirun else plan.output_dir}")
 
 
+def _preset_line(preset: str | None, overrides) -> str:
+    """Which experiment preset shaped this job: presets change sizes silently, so say it once per job."""
+    if preset is None:
+        return "preset: none"
+    if any(o.lstrip("+~").startswith("experiment=") for o in overrides):
+        return f"preset: experiment={preset}"
+    return f"preset: experiment={preset} (applied by default; `~experiment` runs the full-size settings)"
+
+
 def _fail(message: str, multirun: bool, output_dir: Path) -> None:
     """One line on stderr. A single run exits 2; in a sweep the other jobs still run, and the sweep
-    lists its failed jobs and exits 2 at the end (specsparse.jobs.sweep.SweepFailures)."""
+    lists its failed jobs and exits 2 at the end (specsparse.jobs.sweep.SweepSummary)."""
     print(message, file=sys.stderr)
     if not multirun:
         sys.exit(2)

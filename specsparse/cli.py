@@ -79,7 +79,12 @@ def run_report(args: argparse.Namespace) -> int:
             return fail(f"{flag} takes ENTITY/PROJECT, got {value!r}")
     try:
         if args.wandb:
-            records = wandb_jobs(args.wandb)
+            try:
+                records = wandb_jobs(args.wandb)
+            except ReportError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the server's errors (no such project, unreachable), in one line
+                return fail(f"W&B {args.wandb}: {first_line(err)}")
             out = Path(args.out or "report")
         else:
             paths = args.paths or ["outputs"]
@@ -94,7 +99,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(heading)
         print(written[kind][0].read_text())
     if args.publish:
-        from specsparse.jobs.wandb_report import publish, report_definition  # noqa: PLC0415
+        from specsparse.jobs.wandb_report import job_group, publish, report_definition  # noqa: PLC0415
 
         headings = {"table1": "Table 1: native vs TSS per domain", "table2": "Table 2: search strategies per domain",
                     "table_vocab": "Draft vocabulary trimming, in and out of domain",
@@ -105,6 +110,7 @@ def run_report(args: argparse.Namespace) -> int:
             entity, project, f"specsparse: {', '.join(experiments)}",
             {heading: written[kind][0].read_text() for kind, heading in headings.items() if kind in written},
             sorted({r.domain for r in records}), description=f"{len(records)} job(s), built by specsparse report",
+            groups=sorted({g for g in map(job_group, records) if g}),  # panels show these jobs' runs only
         )
         try:
             path, url = publish(definition, out)

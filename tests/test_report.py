@@ -242,8 +242,8 @@ def test_wandb_report_definition_offline(sweep, tmp_path, capsys, monkeypatch):
     assert tables["Table 1: native vs TSS per domain"] == (out / "table1.md").read_text()
     assert tables["Table 2: search strategies per domain"] == (out / "table2.md").read_text()
     grids = [b for b in blocks if b["type"] == "PanelGrid"]
-    assert [g["runset"]["filters"] for g in grids] == ["Config('domain.name') = 'mt_bench'",
-                                                        "Config('domain.name') = 'translation'"]
+    assert [g["runset"]["filters"] for g in grids] == [  # scoped to the sweep's group (Hydra's sweep dir)
+        f"Metric('Group') in ['multirun-multirun'] and Config('domain.name') = '{d}'" for d in ("mt_bench", "translation")]
     assert {p["type"] for p in grids[0]["panels"]} == {"WeavePanelSummaryTable", "MediaBrowser", "ScatterPlot"}
     import wandb_workspaces.reports.v2 as wr
 

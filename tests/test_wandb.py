@@ -18,7 +18,9 @@ from omegaconf import OmegaConf
 
 from specsparse.jobs.config import build_plan
 from specsparse.jobs.job import run_plan
-from specsparse.jobs.wandb_logger import WandbLogger, has_api_key
+from specsparse.jobs.report import JobRecord
+from specsparse.jobs.wandb_logger import WandbLogger, artifact_name, has_api_key, run_identity
+from specsparse.jobs.wandb_report import job_group, report_definition, runset_filters, to_wandb_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,19 +78,19 @@ def test_offline_run_is_written_under_the_job_folder(tmp_path):
     assert "exit" in kinds and kinds.count("history") >= 1 + 4 + 1  # measurements, then tables and plot
 
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
-    assert run.run_group == "quickstart"
-    assert {"model:tiny", "drafter:samd", "domain:qa", "search:bfs"} <= set(run.tags)
+    assert (run.run_group, run.display_name) == ("job", "job")  # a single run: its folder, not the preset
+    assert {"model:tiny", "drafter:samd", "domain:qa", "search:bfs", "experiment:quickstart"} <= set(run.tags)
 
     summary_keys = {u.key or "/".join(u.nested_key) for r in records if r.WhichOneof("record_type") == "summary"
                     for u in r.summary.update}
     assert {"domain", "strategy", "selected_skip_layers", "calibration", "test", "speedup_test", "search_cost",
-            "model", "num_layers"} <= summary_keys
+            "model", "num_layers", "wandb_group"} <= summary_keys
     assert {"measurements", "pareto_front", "pareto_plot"} <= {k.split("/")[0] for k in summary_keys}
     history_keys = {i.key or "/".join(i.nested_key) for r in records if r.WhichOneof("record_type") == "history"
                     for i in r.history.item}
     assert {"measurement/accept_length", "measurement/cost", "measurement/metric"} <= history_keys
     artifacts = {r.artifact.name: r.artifact.type for r in records if r.WhichOneof("record_type") == "artifact"}
-    assert artifacts.get("config_map-qa") == "config_map"
+    assert artifacts.get("config_map-tiny-qa-bfs") == "config_map"
 
     assert list(runs[0].glob("files/media/images/pareto_plot_*.png"))
     assert (tmp_path / "job" / "pareto.png").is_file()
@@ -171,3 +173,72 @@ def test_a_killed_process_leaves_no_wandb_temp_folders_behind(tmp_path):
     subprocess.run([sys.executable, "-c", "from specsparse.jobs.wandb_logger import import_wandb; import_wandb()"],
                    env=env, check=True, timeout=120)
     assert not own.exists() and list(tmp_path.iterdir()) == []  # removed; the second process cleaned up after itself
+
+
+# -- comparable runs: group = the sweep, unique names, artifacts per model / domain / strategy --------
+def test_a_sweeps_jobs_share_its_group_and_have_unique_names(tmp_path):
+    sweep = tmp_path / "multirun" / "2026-12-02_05-40-00-123456"
+    (sweep / "0_qa_bfs").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}\n")  # what Hydra writes into every sweep folder
+    assert run_identity(sweep / "0_qa_bfs") == ("multirun-2026-12-02_05-40-00-123456",
+                                                "2026-12-02_05-40-00-123456/0_qa_bfs")
+    assert run_identity(sweep / "qa" / "bfs")[1] == "2026-12-02_05-40-00-123456/qa/bfs"  # a nested hydra.sweep.subdir
+    single = tmp_path / "runs" / "2026-12-02_05-41-00-654321_qa_bfs"
+    assert run_identity(single) == (single.name, single.name)
+    assert run_identity(sweep / "0_qa_bfs", group="mine") == ("mine", "2026-12-02_05-40-00-123456/0_qa_bfs")
+
+
+def test_the_configured_group_wins(tmp_path):
+    out = tmp_path / "2026-12-02_05-41-00-654321_qa_bfs"
+    out.mkdir()
+    logger = WandbLogger(mode="offline", group="ablations")
+    logger.start(output_dir=out)
+    try:
+        assert logger.run.group == "ablations" and logger.run.name == "2026-12-02_05-41-00-654321_qa_bfs"
+    finally:
+        logger.close()
+
+
+def test_artifact_names_carry_model_domain_and_strategy():
+    assert artifact_name("smollm2_135m", "qa", "bfs") == "config_map-smollm2_135m-qa-bfs"
+    # only letters, digits, "_", "-" and "." are safe in W&B artifact names
+    assert artifact_name("meta-llama/Llama 3.1:8B", "qa", "tpe_vocab") == "config_map-meta-llama_Llama_3.1_8B-qa-tpe_vocab"
+    assert len(artifact_name("m" * 200, "qa", "bfs")) == 128
+
+
+def test_report_panels_are_scoped_to_the_reported_sweeps(tmp_path):
+    from wandb_workspaces import expr
+
+    sweep = tmp_path / "2026-12-02_05-40-00-123456"
+    (sweep / "0_qa_bfs").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    records = [
+        JobRecord({"domain": "qa", "strategy": "bfs"}, sweep / "0_qa_bfs"),
+        JobRecord({"domain": "qa", "strategy": "bfs"}, tmp_path / "run", {"config": {"logger": {"group": "mine"}}}),
+        JobRecord({"domain": "qa", "strategy": "bfs", "wandb_group": "from-wandb"}, None, source="wandb:e/p/id"),
+        JobRecord({"domain": "qa", "strategy": "bfs"}, None, source="wandb:e/p/old"),  # logged before wandb_group
+    ]
+    groups = sorted({g for g in map(job_group, records) if g})
+    assert groups == ["from-wandb", "mine", "multirun-2026-12-02_05-40-00-123456"]
+
+    definition = report_definition("me", "specsparse", "t", {}, ["qa"], groups=groups)
+    (grid,) = [b for b in definition["blocks"] if b["type"] == "PanelGrid"]
+    tree = expr.expr_to_filters(grid["runset"]["filters"])  # how wandb-workspaces reads it
+    assert tree.op == "AND"
+    terms = {(f.key.section, f.key.name): (f.op, f.value) for f in tree.filters}
+    assert terms == {("run", "group"): ("IN", groups), ("config", "domain.name"): ("=", "qa")}
+    (runset,) = next(b for b in to_wandb_report(definition).blocks if type(b).__name__ == "PanelGrid").runsets
+    assert runset.filters == grid["runset"]["filters"]
+    assert runset_filters("qa", []) == "Config('domain.name') = 'qa'"  # no group known: the domain only
+
+
+def test_report_from_wandb_without_credentials_is_one_error_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
+    env.update(HOME=str(tmp_path), WANDB_MODE="offline", WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
+    done = subprocess.run([sys.executable, "-m", "specsparse.cli", "report", "--wandb", "me/specsparse",
+                           "--out", str(tmp_path / "report")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and "API key" in lines[0], done.stderr
+    assert not (tmp_path / "report").exists()

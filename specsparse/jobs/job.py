@@ -229,13 +229,12 @@ def run_plan(plan: JobPlan) -> JobResult:
             raise ConfigError(f"runner {plan.runner.name}: {first_line(err)}") from None
         if plan.logger is not None:
             logger = plan.logger.build()
-            logger.start(
-                name=out.name,
+            logger.start(  # group (the sweep) and a unique run name derive from `out`
                 output_dir=out,
                 config=plan.config,
                 tags=[f"model:{plan.model.name}", f"drafter:{plan.drafter_name}",
-                      f"domain:{plan.evaluation.domain.name}", f"search:{plan.search_name}"],
-                group=plan.experiment,
+                      f"domain:{plan.evaluation.domain.name}", f"search:{plan.search_name}",
+                      f"experiment:{plan.experiment}"],
             )
         job = run_job(
             plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,

@@ -131,8 +131,11 @@ def find_jobs(paths: Iterable[str | os.PathLike]) -> list[JobRecord]:
 
 def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
     """Jobs from W&B runs of `entity/project` (their summaries are the jobs' summary.json)."""
-    from specsparse.jobs.wandb_logger import import_wandb  # noqa: PLC0415
+    from specsparse.jobs.wandb_logger import has_api_key, import_wandb  # noqa: PLC0415
 
+    if not has_api_key():  # else wandb.Api raises (or prompts for a key on a terminal)
+        raise ReportError(f"--wandb {path} reads runs from the W&B server and needs an API key: "
+                          "run `wandb login` or set WANDB_API_KEY")
     api = import_wandb().Api(timeout=timeout)
     records = []
     for run in api.runs(path):

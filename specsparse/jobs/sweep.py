@@ -1,22 +1,141 @@
-"""A sweep (`python run.py -m ...`) runs every valid job; the ones that fail are listed at the end and
-the sweep exits 2. Hydra loads `SweepFailures` from conf/config.yaml (`hydra.callbacks`); jobs of a
-sweep run in one process, so `run.py` records failures in `FAILED`."""
+"""A sweep (`python run.py -m ...`) runs every valid job and ends with one table of all of them.
+
+Hydra loads `SweepSummary` from conf/config.yaml (`hydra.callbacks`). At the end of the multirun it
+reads every job folder's summary.json under the sweep folder (hydra.sweep.dir), prints one row per job
+(`sweep_rows`) and writes them to sweep_summary.md and sweep_summary.csv in the sweep folder. Failed
+jobs are rows with verdict "failed" and their error, and the sweep then exits 2. Jobs of a sweep run in
+one process, so `run.py` records failures in `FAILED`.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
+import re
 import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+
+from specsparse.util import atomic_write_text
 
 log = logging.getLogger(__name__)
 
 FAILED: list[str] = []  # "<job folder>: <error line>"
 
+NA = "n/a"
+COLUMNS = ("job", "domain", "search", "skip_layers", "accept_dense", "accept_selected", "metric", "metric_dense",
+           "metric_selected", "speedup", "speedup_low", "speedup_high", "verdict", "error")
 
-class SweepFailures(Callback):
+
+def sweep_rows(sweep_dir: str | Path, failed: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """One row (COLUMNS) per job folder under `sweep_dir` (one with a summary.json or reproduce.json),
+    plus one per failed job (`failed`: FAILED's "<job folder>: <error line>") whose folder is gone. Test
+    split numbers; speedup is the measured selected/dense with its 95% interval. Keys a summary lacks
+    (older files) are None, the metric name "n/a"."""
+    sweep = Path(sweep_dir)
+    errors = {}
+    for entry in failed:  # run.py's "<job folder>: error: <message>"; the verdict says "failed" already
+        name, _, error = entry.partition(": ")
+        errors[name] = error.removeprefix("error: ")
+    folders = {f.parent for name in ("summary.json", "reproduce.json") for f in sweep.rglob(name)
+               if not {"wandb", "ray_tune"} & set(f.relative_to(sweep).parts)}
+    rows = [_row(folder.relative_to(sweep).as_posix(), folder, errors.pop(folder.name, None)) for folder in folders]
+    rows += [_row(name, None, error) for name, error in errors.items()]  # e.g. a bad config: its folder was removed
+    return sorted(rows, key=lambda r: _natural(r["job"]))
+
+
+def _row(job: str, folder: Path | None, error: str | None) -> dict[str, Any]:
+    summary = _read_json(folder / "summary.json") if folder else {}
+    reproduce = _read_json(folder / "reproduce.json") if folder else {}
+    test = summary.get("test") or {}
+    dense, selected = test.get("dense") or {}, test.get("selected") or {}
+    metric = summary.get("metric")
+    low, high = (summary.get("speedup_test_interval") or [None, None])[:2]
+    if error is not None:
+        verdict = "failed"
+    elif summary:
+        verdict = (summary.get("held_out") or {}).get("verdict") or NA
+    else:  # neither finished nor failed: a job that was stopped
+        verdict = f"no summary.json (status {reproduce.get('status', 'unknown')})"
+    return {
+        "job": job,
+        "domain": summary.get("domain") or reproduce.get("domain"),
+        "search": summary.get("strategy") or reproduce.get("search"),
+        "skip_layers": summary.get("selected_skip_layers"),
+        "accept_dense": dense.get("accept_length"),
+        "accept_selected": selected.get("accept_length"),
+        "metric": (metric.get("name") if isinstance(metric, dict) else None) or NA,
+        "metric_dense": dense.get("metric"),
+        "metric_selected": selected.get("metric"),
+        "speedup": summary.get("speedup_test"),
+        "speedup_low": low,
+        "speedup_high": high,
+        "verdict": verdict,
+        "error": error or "",
+    }
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):  # missing, or cut short: the row shows what is there
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _natural(name: str) -> list:
+    """Sort key: job 10 after job 9."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table (accept length A and the metric M on the test split, dense -> selected)."""
+    def num(value: Any, digits: int) -> str:
+        return NA if value is None else f"{value:.{digits}f}"
+
+    header = ["job", "domain", "search", "skip set", "A dense", "A selected", "metric", "M dense", "M selected",
+              "speedup [95% CI]", "verdict"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        speedup = num(r["speedup"], 2)
+        if r["speedup_low"] is not None and r["speedup_high"] is not None:
+            speedup += f" [{r['speedup_low']:.2f}-{r['speedup_high']:.2f}]"
+        verdict = f"{r['verdict']}: {r['error']}" if r["error"] else r["verdict"]
+        cells = [r["job"], r["domain"] or NA, r["search"] or NA,
+                 NA if r["skip_layers"] is None else str(r["skip_layers"]),
+                 num(r["accept_dense"], 2), num(r["accept_selected"], 2), r["metric"],
+                 num(r["metric_dense"], 3), num(r["metric_selected"], 3), speedup, verdict]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({**r, "skip_layers": "" if r["skip_layers"] is None else json.dumps(r["skip_layers"])}
+                     for r in rows)
+    return buffer.getvalue()
+
+
+class SweepSummary(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        sweep = Path(str(config.hydra.sweep.dir))
+        rows = sweep_rows(sweep, FAILED)
+        markdown = to_markdown(rows)
+        atomic_write_text(sweep / "sweep_summary.md", markdown)
+        atomic_write_text(sweep / "sweep_summary.csv", to_csv(rows))
+        # The sweep's closing output for the person who started it, like run.py's results table (logging
+        # here would also land in the last job's run.log, where Hydra left the file handler).
+        print(f"\nsweep: {len(rows)} job(s)\n{markdown}written: {sweep / 'sweep_summary.md'}, "
+              f"{sweep / 'sweep_summary.csv'}")
         if FAILED:
             log.error("%d job(s) of the sweep failed: %s", len(FAILED), " | ".join(FAILED))
             sys.exit(2)
+
+

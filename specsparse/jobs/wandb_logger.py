@@ -1,10 +1,11 @@
 """Weights & Biases view of a job (the results store stays the source of truth).
 
-One W&B run per job, grouped by experiment and tagged with model / drafter / domain / search. It logs
-every measurement as it arrives (`on_measurement`, the `run_job` callback), then the measured
-configurations and the Pareto front as tables, an accept-length-vs-metric scatter plot (cost as
-colour), the domain config map as an artifact, and the job's final numbers in `run.summary`
-(the same dict as summary.json, which is what `specsparse report --wandb` reads back).
+One W&B run per job, grouped by its sweep, with a unique name (`run_identity`) and tags model / drafter /
+domain / search / experiment. It logs every measurement as it arrives (`on_measurement`, the `run_job`
+callback), then the measured configurations and the Pareto front as tables, an accept-length-vs-metric
+scatter plot (cost as colour), the domain config map as an artifact (`artifact_name`: one per model,
+domain and strategy), and the job's final numbers in `run.summary` (the same dict as summary.json plus
+model, num_layers and wandb_group, which is what `specsparse report --wandb` reads back).
 
 Modes: "offline" (default: files under <job dir>/wandb/offline-run-*, upload later with `wandb sync`),
 "online" (needs an API key: `wandb login` or WANDB_API_KEY), "disabled". Logging never blocks or
@@ -19,6 +20,7 @@ import json
 import logging
 import netrc
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -75,11 +77,34 @@ def has_api_key() -> bool:
         return False
 
 
+def run_identity(output_dir: str | os.PathLike, group: str | None = None) -> tuple[str, str]:
+    """The W&B (group, run name) of the job writing into `output_dir`.
+
+    A sweep's job (an ancestor folder holds Hydra's multirun.yaml) goes to group `multirun-<sweep folder>`
+    and is named `<sweep folder>/<job folder>`; a single run is group and name `<run folder>`. Hydra puts
+    microseconds in both folder names, so names never repeat across sweeps. `group` (logger.group)
+    replaces the derived group only: names stay unique.
+    """
+    out = Path(os.path.abspath(output_dir))
+    for sweep in out.parents:
+        if (sweep / "multirun.yaml").is_file():
+            return group or f"multirun-{sweep.name}", f"{sweep.name}/{out.relative_to(sweep).as_posix()}"
+    return group or out.name, out.name
+
+
+def artifact_name(model: str | None, domain: str, strategy: str) -> str:
+    """`config_map-<model>-<domain>-<strategy>`: one artifact (with versions) per model, domain and strategy,
+    in the characters W&B allows in artifact names, at most 128."""
+    name = f"config_map-{model or 'model'}-{domain}-{strategy}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:128]
+
+
 class WandbLogger:
     """W&B logging for one job at a time; see the module docstring.
 
     mode: "offline", "online" or "disabled" (the config default reads $WANDB_MODE, else offline).
-    project, entity, group: where runs go; `group` defaults to the job's experiment name.
+    project, entity: where runs go. group: null (default) groups each job by its sweep or run folder
+    (`run_identity`); a string puts every job in that group.
     init_timeout: seconds `wandb.init` may wait for the server before falling back to offline.
     """
 
@@ -99,6 +124,7 @@ class WandbLogger:
         self.init_timeout = float(init_timeout)
         self.run: Any = None
         self.output_dir: Path | None = None
+        self._group: str | None = None  # the group of the open run
         self._count = 0
 
     @staticmethod
@@ -111,15 +137,17 @@ class WandbLogger:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(
         self,
-        name: str,
         output_dir: str | os.PathLike,
         config: Mapping[str, Any] | None = None,
         tags: Sequence[str] = (),
-        group: str | None = None,
+        name: str | None = None,
     ) -> None:
-        """Open the job's run (files under `output_dir`/wandb)."""
+        """Open the job's run (files under `output_dir`/wandb), in group logger.group or else the job's
+        sweep, named `name` or else uniquely after its folder (`run_identity`)."""
         self.output_dir = Path(output_dir)
         self._count = 0
+        group, derived_name = run_identity(output_dir, self.group)
+        name, self._group = name or derived_name, group
         mode = self.mode
         if mode == "online" and not has_api_key():
             log.warning("W&B: no API key found (run `wandb login` or set WANDB_API_KEY): logging offline instead")
@@ -145,7 +173,7 @@ class WandbLogger:
         return wandb.init(
             project=self.project,
             entity=self.entity,
-            group=group or self.group,
+            group=group,
             name=name,
             job_type="search",
             tags=[t[:64] for t in tags],
@@ -207,7 +235,8 @@ class WandbLogger:
 
         out = Path(job.output_dir)
         summary = job.summary()
-        summary.update(model=model, num_layers=num_layers)
+        # wandb_group: what `specsparse report --wandb ... --publish` scopes the Report's panels to
+        summary.update(model=model, num_layers=num_layers, wandb_group=self._group)
         frame = read_measurements(out / "measurements.csv")
         payload: dict[str, Any] = {}
         if frame is not None:
@@ -225,7 +254,7 @@ class WandbLogger:
         if artifact_files:
             def log_artifact() -> None:
                 artifact = wandb.Artifact(
-                    f"config_map-{summary['domain']}", type="config_map",
+                    artifact_name(model, summary["domain"], summary["strategy"]), type="config_map",
                     metadata={"model": model, "strategy": summary["strategy"], "skip_layers": summary["selected_skip_layers"]},
                 )
                 for file in artifact_files:

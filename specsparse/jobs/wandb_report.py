@@ -8,7 +8,8 @@ The report is first written as a plain definition (`wandb_report.json` beside th
 panels by wandb-workspaces class name), which `to_wandb_report` turns into `wandb_workspaces`
 objects. Online (WANDB_MODE=online and an API key exists) the report is saved to W&B and its
 URL returned; otherwise only the definition is written, and the same command run online publishes it.
-Runs are matched by the W&B logger's conventions: project ENTITY/PROJECT, config `domain.name`.
+Runs are matched by the W&B logger's conventions: project ENTITY/PROJECT, the reported jobs' groups
+(their sweeps, `job_group`) and config `domain.name`, so a panel never mixes in other sweeps' runs.
 """
 
 from __future__ import annotations
@@ -19,17 +20,33 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.jobs.wandb_logger import ALIASES, has_api_key, import_wandb
+from specsparse.jobs.wandb_logger import ALIASES, has_api_key, import_wandb, run_identity
 from specsparse.util import atomic_write_text
 
 DEFINITION = "wandb_report.json"
 
 
+def job_group(record: Any) -> str | None:
+    """The W&B group of a report.JobRecord's run: logger.group from its config when set, else derived
+    from its folder as the logger did; for a record read from W&B, the `wandb_group` its summary holds."""
+    if record.directory is None:
+        return record.summary.get("wandb_group")
+    logger = (record.reproduce.get("config") or {}).get("logger") or {}
+    return run_identity(record.directory, logger.get("group"))[0]
+
+
+def runset_filters(domain: str, groups: Sequence[str]) -> str:
+    """wandb-workspaces filter expression: runs of these W&B groups (any, when none) AND this domain."""
+    by_domain = f"Config('domain.name') = {domain!r}"
+    return f"Metric('Group') in {sorted(groups)!r} and {by_domain}" if groups else by_domain
+
+
 def report_definition(
     entity: str, project: str, title: str, tables: Mapping[str, str], domains: Sequence[str],
-    description: str = "",
+    description: str = "", groups: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The report as plain data. tables: {heading: Markdown table}, in order."""
+    """The report as plain data. tables: {heading: Markdown table}, in order. groups: the reported
+    jobs' W&B groups, to which every panel is scoped (none: every run of the project for that domain)."""
     blocks: list[dict[str, Any]] = []
     for heading, markdown in tables.items():
         blocks += [{"type": "H1", "text": heading}, {"type": "MarkdownBlock", "text": markdown}]
@@ -37,7 +54,7 @@ def report_definition(
     for domain in domains:
         blocks += [
             {"type": "H2", "text": domain},
-            {"type": "PanelGrid", "runset": {"name": domain, "filters": f"Config('domain.name') = '{domain}'"},
+            {"type": "PanelGrid", "runset": {"name": domain, "filters": runset_filters(domain, groups)},
              "panels": [
                  {"type": "WeavePanelSummaryTable", "table_name": "pareto_front"},
                  {"type": "MediaBrowser", "media_keys": ["pareto_plot"]},

@@ -1,0 +1,135 @@
+"""A sweep ends with one table of every job (sweep_summary.md / .csv in the sweep folder, failed jobs
+included), and every job says which experiment preset shaped it."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from specsparse.jobs import sweep as sweep_module
+from specsparse.jobs.sweep import SweepSummary, sweep_rows, to_csv, to_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_job(folder: Path, summary: dict | None = None, reproduce: dict | None = None) -> None:
+    folder.mkdir(parents=True)
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+    if reproduce is not None:
+        (folder / "reproduce.json").write_text(json.dumps(reproduce))
+
+
+def summary(domain: str, strategy: str, **extra) -> dict:
+    return {
+        "domain": domain, "strategy": strategy, "selected_skip_layers": [3, 7],
+        "test": {"dense": {"accept_length": 2.5, "metric": 0.61}, "selected": {"accept_length": 2.25, "metric": 0.6}},
+        **extra,
+    }
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    sweep = tmp_path / "multirun" / "2026-12-02_05-40-00-123456"
+    write_job(sweep / "0_qa_bfs", summary(
+        "qa", "bfs", metric={"name": "squad_f1"}, speedup_test=1.31, speedup_test_interval=[1.12, 1.5],
+        held_out={"verdict": "held", "reasons": []}), {"status": "finished"})
+    write_job(sweep / "1_qa_greedy", summary("qa", "greedy", speedup_test=0.97))  # an older summary.json
+    write_job(sweep / "2_mmlu_bfs", None, {"status": "failed", "domain": "mmlu", "search": "bfs"})
+    write_job(sweep / "10_math_bfs", summary("math", "bfs", held_out={"verdict": "dense kept"}))
+    write_job(sweep / "4_rag_bfs", None, {"status": "running", "domain": "rag", "search": "bfs"})  # stopped
+    stray = sweep / "0_qa_bfs" / "wandb" / "offline-run-x" / "files"
+    stray.mkdir(parents=True)
+    (stray / "summary.json").write_text("{}")  # W&B's files are not jobs
+    return sweep
+
+
+FAILED = ["2_mmlu_bfs: error: model foo: no such file", "3_math_bfs: error: domain.limit must be >= 2"]
+
+
+def test_one_row_per_job_failed_ones_included(sweep_dir):
+    rows = {r["job"]: r for r in sweep_rows(sweep_dir, FAILED)}
+    assert list(rows) == ["0_qa_bfs", "1_qa_greedy", "2_mmlu_bfs", "3_math_bfs", "4_rag_bfs", "10_math_bfs"]
+    assert rows["0_qa_bfs"] == {
+        "job": "0_qa_bfs", "domain": "qa", "search": "bfs", "skip_layers": [3, 7], "accept_dense": 2.5,
+        "accept_selected": 2.25, "metric": "squad_f1", "metric_dense": 0.61, "metric_selected": 0.6,
+        "speedup": 1.31, "speedup_low": 1.12, "speedup_high": 1.5, "verdict": "held", "error": "",
+    }
+    old = rows["1_qa_greedy"]  # no metric name, held-out verdict or interval: "n/a" / None, never an error
+    assert (old["metric"], old["verdict"], old["speedup"], old["speedup_low"]) == ("n/a", "n/a", 0.97, None)
+    failed = rows["2_mmlu_bfs"]  # domain and search from its reproduce.json
+    assert (failed["domain"], failed["search"], failed["verdict"], failed["error"], failed["accept_dense"]) == (
+        "mmlu", "bfs", "failed", "model foo: no such file", None)
+    assert (rows["3_math_bfs"]["verdict"], rows["3_math_bfs"]["domain"]) == ("failed", None)  # its folder is gone
+    assert rows["4_rag_bfs"]["verdict"] == "no summary.json (status running)"
+    assert rows["10_math_bfs"]["verdict"] == "dense kept"
+
+
+def test_markdown_and_csv(sweep_dir):
+    rows = sweep_rows(sweep_dir, FAILED)
+    lines = to_markdown(rows).splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert lines[2] == "| 0_qa_bfs | qa | bfs | [3, 7] | 2.50 | 2.25 | squad_f1 | 0.610 | 0.600 | 1.31 [1.12-1.50] | held |"
+    assert lines[3].endswith("| n/a | 0.610 | 0.600 | 0.97 | n/a |")
+    assert "| failed: model foo: no such file |" in lines[4]
+    table = list(csv.DictReader(io.StringIO(to_csv(rows))))
+    assert [r["job"] for r in table] == [r["job"] for r in rows]
+    assert (table[0]["skip_layers"], table[0]["speedup_low"], table[2]["verdict"]) == ("[3, 7]", "1.12", "failed")
+
+
+def test_the_callback_writes_the_table_and_exits_2_when_a_job_failed(sweep_dir, monkeypatch, capsys):
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+    monkeypatch.setattr(sweep_module, "FAILED", [])
+    SweepSummary().on_multirun_end(config)  # no failure: no exit
+    assert "| 0_qa_bfs |" in capsys.readouterr().out
+    assert (sweep_dir / "sweep_summary.md").read_text() == to_markdown(sweep_rows(sweep_dir))
+    monkeypatch.setattr(sweep_module, "FAILED", list(FAILED))
+    with pytest.raises(SystemExit) as exit_info:
+        SweepSummary().on_multirun_end(config)
+    assert exit_info.value.code == 2
+    assert "3_math_bfs" in (sweep_dir / "sweep_summary.csv").read_text()
+    assert not list(sweep_dir.glob(".*.tmp"))  # written atomically
+
+
+def test_preset_line():
+    spec = importlib.util.spec_from_file_location("run_app", ROOT / "run.py")
+    run_app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_app)
+    assert run_app._preset_line("quickstart", ["domain=qa"]) == (
+        "preset: experiment=quickstart (applied by default; `~experiment` runs the full-size settings)")
+    assert run_app._preset_line("tss_main", ["experiment=tss_main"]) == "preset: experiment=tss_main"
+    assert run_app._preset_line(None, ["~experiment"]) == "preset: none"
+
+
+def test_a_hydra_sweep_ends_with_the_table(tmp_path):
+    """Two jobs, one with a bad value: the table has both, the sweep exits 2; each job logged its preset
+    (console and run.log) and its W&B run went to the sweep's group under a unique name."""
+    from test_wandb import wandb_records
+
+    sweep = tmp_path / "multirun" / "2026-12-02_05-40-00-123456"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", "model=tiny", "logger=wandb", "domain=translation",
+         "domain.limit=8,1", "generation.max_new_tokens=12", "tss.max_depth=1", "progress=false",
+         f"paths.outputs={tmp_path}", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}, capture_output=True,
+        text=True, timeout=400,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert output.count("preset: experiment=quickstart (applied by default") == 2
+    assert "preset: experiment=quickstart" in (sweep / "0_translation_bfs" / "run.log").read_text()
+    rows = (sweep / "sweep_summary.md").read_text().splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| 0_translation_bfs", "| 1_translation_bfs"]
+    assert "| failed: domain.limit must be an integer >= 2" in rows[1] and "| 0_translation_bfs |" in done.stdout
+    (run_file,) = (sweep / "0_translation_bfs" / "wandb").glob("offline-run-*/run-*.wandb")
+    run = next(r.run for r in wandb_records(run_file) if r.WhichOneof("record_type") == "run")
+    assert (run.run_group, run.display_name) == (f"multirun-{sweep.name}", f"{sweep.name}/0_translation_bfs")

@@ -59,11 +59,9 @@ def main(cfg: DictConfig) -> None:
         print(f"{'terminated' if isinstance(err, JobTerminated) else 'interrupted'}: {output_dir} "
               "(finished measurements are in the store; rerun the same command to resume)", file=sys.stderr)
         sys.exit(143 if isinstance(err, JobTerminated) else 130)
-    print()
-    print(results_table(job))
-    print(f"outputs: {plan.output_dir}")
-    print(f"results store: {plan.store_path}")
-    print(f"tables and plots: specsparse report {plan.output_dir.parent if multirun else plan.output_dir}")
+    lines = [results_table(job), f"outputs: {plan.output_dir}", f"results store: {plan.store_path}",
+             f"tables and plots: specsparse report {plan.output_dir.parent if multirun else plan.output_dir}"]
+    log.info("\n%s", "\n".join(lines))  # the console and the job's run.log
 
 
 def _preset_line(preset: str | None, overrides) -> str:

@@ -145,10 +145,10 @@ def main() -> None:
     for (name, s), measured_all in decode_ms.items():
         results = list(runs[name, s].values())
         chunks = [n for r in results for n in r.verified_lengths]
-        counts = Measurement(accept_length=0, metric=None, cost=0, flops_fraction=0, tokens_per_s=0,
+        counts = Measurement(accept_length=0, metric=None, modeled_cost=0, flops_fraction=0, modeled_tokens_per_s=0,
                              new_tokens=sum(r.new_tokens for r in results), target_forwards=len(chunks),
                              wall_time_s=0, verified_tokens=sum(chunks), chunk_counts=count_chunks(chunks))
-        modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(drafters[name](), profile)).cost
+        modeled = 1000 * price(counts, profile, target.num_layers - len(s), draft_cost(drafters[name](), profile)).modeled_cost
         measured = float(np.median(measured_all))
         checks.append({"drafter": name, "skip": list(s), "engine_decode_ms_per_token": measured,
                        "engine_repeats_ms_per_token": measured_all, "modeled_ms_per_token": modeled,

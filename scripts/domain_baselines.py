@@ -40,7 +40,7 @@ def main() -> None:
 
     Path(args.store).parent.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(args.store)
-    print("| domain | source | drafter | prompts | accept length | metric | tokens/s | seconds |")
+    print("| domain | source | drafter | prompts | accept length | metric (0-100) | modeled tokens/s | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for domain in args.domains.split(","):
         for drafter in args.drafters.split(","):
@@ -57,9 +57,9 @@ def main() -> None:
             (m,) = measure_through_store([Candidate()], lambda todo, on_result, spec=spec: measure_candidates(spec, todo, None, on_result),
                                          store, evaluator.key, lambda c, d=description: d)
             seconds = time.perf_counter() - start
-            metric = "n/a" if m.metric is None else f"{m.metric:.3f}"
+            metric = "n/a" if m.metric is None else f"{100 * m.metric:.1f}"
             print(f"| {domain} | {args.source} | {drafter} | {len(m.per_prompt)} | {m.accept_length:.3f} | {metric} "
-                  f"| {m.tokens_per_s:.1f} | {seconds:.1f} |", flush=True)
+                  f"| {m.modeled_tokens_per_s:.1f} | {seconds:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -223,8 +223,10 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "profile",
         help="measure (or show) the model's cost profile that searches price configurations with",
-        description="Times target forwards over kept layers and chunk lengths (medians of interleaved "
-                    "repeats) and stores the fitted model beside the model cache; see specsparse/measuring/profile.py.",
+        description="Times target forwards over kept layers and chunk lengths (the fastest of interleaved "
+                    "repeats), fits the cost model with non-negative coefficients, checks it, and stores it beside "
+                    "the model cache; prints each check and what identifies the profile. A stored profile that fails "
+                    "a check is measured again. See specsparse/measuring/profile.py.",
     )
     p.add_argument("--model", default="smollm2-135m", help="any model source run.py accepts (default: smollm2-135m)")
     p.add_argument("--dtype", default="float32")
@@ -248,7 +250,14 @@ def set_threads(threads: int | None) -> int | None:
 
 def run_profile(args: argparse.Namespace) -> int:
     from specsparse.decoding.models import load_model  # noqa: PLC0415
-    from specsparse.measuring.profile import measure_profile, profile_for, profile_path, save_profile  # noqa: PLC0415
+    from specsparse.measuring.profile import (  # noqa: PLC0415
+        ProfileError,
+        measure_checked_profile,
+        profile_checks,
+        profile_for,
+        profile_record,
+        save_profile,
+    )
 
     if (code := set_threads(args.threads)) is not None:
         return code
@@ -256,13 +265,24 @@ def run_profile(args: argparse.Namespace) -> int:
         loaded = load_model(args.model, dtype=args.dtype, device=args.device)
     except (ModelLoadError, ValueError) as err:
         return fail(first_line(err))
-    if args.force:
-        save_profile(measure_profile(loaded.model))
-    profile = profile_for(loaded.model)
-    print(f"cost profile: {profile_path(profile.identity)}")
-    print(f"{'kept layers':>12}{'chunk':>7}{'measured ms':>13}{'modeled ms':>12}")
+    try:
+        if args.force:
+            save_profile(measure_checked_profile(loaded.model, progress=True))
+        profile = profile_for(loaded.model, progress=True)
+    except ProfileError as err:
+        return fail(first_line(err))
+    record = profile_record(profile)
+    print(f"cost profile: {record['path']}")
+    print(f"sha256:       {record['sha256']}")
+    print(f"measured at:  {record['measured_at']} (UTC), load average {record['load_average']}")
+    print(f"coefficients: one token (a1, b1) = {', '.join(f'{1000 * v:.4g}' for v in profile.single)} ms; "
+          f"more (a, b, c, d) = {', '.join(f'{1000 * v:.4g}' for v in profile.verify)} ms")
+    print("checks:")
+    for check in profile_checks(profile):
+        print(f"  {'pass' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+    print(f"{'kept layers':>12}{'chunk':>7}{'fastest ms':>12}{'modeled ms':>12}")
     for kept, chunk, seconds in profile.samples:
-        print(f"{kept:>12}{chunk:>7}{1000 * seconds:>13.2f}{1000 * profile.verify_time(kept, chunk):>12.2f}")
+        print(f"{kept:>12}{chunk:>7}{1000 * seconds:>12.2f}{1000 * profile.verify_time(kept, chunk):>12.2f}")
     return 0
 
 

@@ -11,13 +11,13 @@ One file, written as both YAML and JSON with the same content:
       qa:
         skip_layers: [3, 17]            # selected skip set
         accept_length: 2.31             # calibrated on the calibration split
-        metric: 0.52                    # null for domains without references
+        metric: 0.52                    # task metric on 0-1; null for domains without references
         sparsity: 0.0667                # skipped / num_layers
-        cost: 0.0123                    # verification seconds per generated token
+        modeled_cost: 0.0123            # seconds per generated token, from the cost profile
         flops_fraction: 0.933
         draft_vocab_size: null          # or the trimmed drafter vocabulary size
-        dense: {skip_layers: [], accept_length: 2.40, metric: 0.53, cost: 0.0131}
-        alternatives: [{skip_layers: [3], accept_length: 2.38, metric: 0.53, cost: 0.0127}]
+        dense: {skip_layers: [], accept_length: 2.40, metric: 0.53, modeled_cost: 0.0131}
+        alternatives: [{skip_layers: [3], accept_length: 2.38, metric: 0.53, modeled_cost: 0.0127}]
         notes: []
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from specsparse import __version__
-from specsparse.util import atomic_write_text, first_line, is_int, is_number, utc_now
+from specsparse.util import atomic_write_text, first_line, is_int, is_number, strict_json, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class OperatingPoint:
     skip_layers: tuple[int, ...]
     accept_length: float
     metric: float | None
-    cost: float
+    modeled_cost: float
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class DomainConfig:
     accept_length: float
     metric: float | None
     sparsity: float
-    cost: float
+    modeled_cost: float
     flops_fraction: float
     draft_vocab_size: int | None
     dense: OperatingPoint
@@ -101,9 +101,17 @@ class ConfigMap:
         return "; ".join(f"{k}: map {mine[k]!r}, model {theirs[k]!r}" for k in differing)
 
 
+def _renamed(v: Any) -> Any:
+    """Maps written before `cost` was named `modeled_cost` still load."""
+    if isinstance(v, Mapping) and "cost" in v and "modeled_cost" not in v:
+        return {("modeled_cost" if k == "cost" else k): value for k, value in v.items()}
+    return v
+
+
 # -- writing ---------------------------------------------------------------------------------------
 def _point_dict(p: OperatingPoint) -> dict[str, Any]:
-    return {"skip_layers": list(p.skip_layers), "accept_length": p.accept_length, "metric": p.metric, "cost": p.cost}
+    return {"skip_layers": list(p.skip_layers), "accept_length": p.accept_length, "metric": p.metric,
+            "modeled_cost": p.modeled_cost}
 
 
 def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
@@ -121,7 +129,7 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
                 "accept_length": d.accept_length,
                 "metric": d.metric,
                 "sparsity": d.sparsity,
-                "cost": d.cost,
+                "modeled_cost": d.modeled_cost,
                 "flops_fraction": d.flops_fraction,
                 "draft_vocab_size": d.draft_vocab_size,
                 "dense": _point_dict(d.dense),
@@ -146,7 +154,7 @@ def write_config_map(path: str | os.PathLike, config_map: ConfigMap) -> tuple[Pa
     base = _base(path)
     data = config_map_to_dict(config_map)
     y = atomic_write_text(base.with_name(base.name + ".yaml"), yaml.safe_dump(data, sort_keys=False))
-    j = atomic_write_text(base.with_name(base.name + ".json"), json.dumps(data, indent=2) + "\n")
+    j = atomic_write_text(base.with_name(base.name + ".json"), strict_json(data) + "\n")
     return y, j
 
 
@@ -190,19 +198,19 @@ class _Checker:
         return tuple(sorted(v))
 
     def point(self, v: Any, where: str, num_layers: int) -> OperatingPoint:
-        keys = {"skip_layers", "accept_length", "metric", "cost"}
-        v = self.mapping(v, where, keys, set())
+        keys = {"skip_layers", "accept_length", "metric", "modeled_cost"}
+        v = self.mapping(_renamed(v), where, keys, set())
         return OperatingPoint(
             skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
             accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
             metric=self.number(v["metric"], f"{where}.metric", nullable=True),
-            cost=self.number(v["cost"], f"{where}.cost"),  # type: ignore[arg-type]
+            modeled_cost=self.number(v["modeled_cost"], f"{where}.modeled_cost"),  # type: ignore[arg-type]
         )
 
     def domain(self, v: Any, where: str, num_layers: int) -> DomainConfig:
-        required = {"skip_layers", "accept_length", "metric", "sparsity", "cost", "flops_fraction",
+        required = {"skip_layers", "accept_length", "metric", "sparsity", "modeled_cost", "flops_fraction",
                     "draft_vocab_size", "dense"}
-        v = self.mapping(v, where, required, {"alternatives", "notes", "draft_vocab_ids", "routing_prompts"})
+        v = self.mapping(_renamed(v), where, required, {"alternatives", "notes", "draft_vocab_ids", "routing_prompts"})
         vocab = v["draft_vocab_size"]
         if vocab is not None and not (is_int(vocab) and vocab >= 1):
             raise self.fail(f"{where}.draft_vocab_size", f"expected a positive integer or null, got {vocab!r}")
@@ -223,7 +231,7 @@ class _Checker:
             accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
             metric=self.number(v["metric"], f"{where}.metric", nullable=True),
             sparsity=sparsity,  # type: ignore[arg-type]
-            cost=self.number(v["cost"], f"{where}.cost"),  # type: ignore[arg-type]
+            modeled_cost=self.number(v["modeled_cost"], f"{where}.modeled_cost"),  # type: ignore[arg-type]
             flops_fraction=self.number(v["flops_fraction"], f"{where}.flops_fraction"),  # type: ignore[arg-type]
             draft_vocab_size=vocab,
             dense=self.point(v["dense"], f"{where}.dense", num_layers),

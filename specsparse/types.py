@@ -91,21 +91,25 @@ class Measurement:
     """Everything one configuration (skip set, vocab size) scored on one prompt set.
 
     accept_length: mean over all verification steps of all prompts.
-    metric: the domain's task metric in [0, 1], or None when the domain has no references.
-    cost: modeled time per generated token (s/token): draft plus verification time from the cost
-        profile (`specsparse.measuring.profile`), priced from the step counts below. 0 until priced.
-    tokens_per_s: modeled, 1 / cost (0 until priced). Measured speedups come from side-by-side timing.
+    metric: the domain's task metric in [0, 1], or None when the domain has no references (job
+        outputs show it on 0-100).
+    modeled_cost: modeled time per generated token (s/token): draft plus verification time from the
+        cost profile (`specsparse.measuring.profile`), priced from the step counts below. 0 until priced.
+    modeled_tokens_per_s: 1 / modeled_cost (0 until priced). Measured speedups come only from
+        side-by-side timing (`specsparse.measuring.timing`).
     flops_fraction: analytic share of the dense target's layer FLOPs still active.
     target_forwards / verified_tokens: verification steps, and the target inputs they verified;
     chunk_counts[i]: the steps that verified i + 1 tokens.
-    wall_time_s, draft_time_s: what this measurement took to compute (never used to decide anything).
+    wall_time_s, draft_time_s: what computing this measurement took; a batched pass measures several
+        configurations at once and gives each the pass's time, so these are never written out or
+        used to decide anything.
     """
 
     accept_length: float
     metric: float | None
-    cost: float
+    modeled_cost: float
     flops_fraction: float
-    tokens_per_s: float
+    modeled_tokens_per_s: float
     new_tokens: int
     target_forwards: int
     wall_time_s: float
@@ -114,7 +118,7 @@ class Measurement:
     per_prompt: tuple[PromptResult, ...] = field(default=(), compare=False)
     verified_tokens: int = 0
     chunk_counts: tuple[int, ...] = ()
-    verify_cost: float = 0.0  # modeled seconds per verification step (the papers' selection cost)
+    modeled_verify_cost: float = 0.0  # modeled seconds per verification step (the paper's selection cost)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import functools
 import hashlib
 import importlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -58,6 +59,23 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(
         obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_jsonable
     )
+
+
+def finite_or_null(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float replaced by None, tuples as lists (nested)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
+
+
+def strict_json(obj: Any, indent: int | None = 2) -> str:
+    """JSON that every parser reads (RFC 8259): NaN and infinities become null, never `Infinity`;
+    other non-JSON values (paths, dates) become strings."""
+    return json.dumps(finite_or_null(obj), indent=indent, allow_nan=False, default=str)
 
 
 def content_hash(obj: Any) -> str:

@@ -1,6 +1,20 @@
-"""Shared fixtures. Tests never touch the network."""
+"""Shared fixtures. Tests never touch the network, and never write into the user's cache."""
 
+import atexit
 import os
+import shutil
+import tempfile
+from pathlib import Path
+
+# A per-session cache (set before specsparse is imported): cost profiles timed by tests, on a busy
+# machine and tiny models, never reach the user's searches. The embedded models' GGUF conversions
+# (slow to make, and large) live in a test-only folder that sessions share instead.
+_CACHE = tempfile.mkdtemp(prefix="specsparse-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+_MODELS = Path(tempfile.gettempdir()) / f"specsparse-test-models-{os.getuid()}"
+for _part in ("converted", "gguf"):
+    (_MODELS / _part).mkdir(parents=True, exist_ok=True)
+    (Path(_CACHE) / _part).symlink_to(_MODELS / _part, target_is_directory=True)
 
 for _name, _value in {
     "HF_HUB_OFFLINE": "1",
@@ -10,11 +24,11 @@ for _name, _value in {
     "WANDB_MODE": "offline",
     "WANDB_SILENT": "true",
     "TOKENIZERS_PARALLELISM": "false",
+    "SPECSPARSE_CACHE": _CACHE,
 }.items():
     os.environ[_name] = _value
 
 import copy
-from pathlib import Path
 
 import pytest
 import torch

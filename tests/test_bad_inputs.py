@@ -46,6 +46,10 @@ CASES = [
     ("run.py", [*TINY, "+search.max_width=3"], "max_width"),
     ("run.py", [*TINY, "logger=wandb", "logger.mode=sometimes"], "logger.mode"),
     ("run.py", [*TINY, "paths.store={tmp}/damaged.sqlite"], "damaged"),
+    ("run.py", [*TINY, "cost.profile=/nonexistent/profile.json"], "cost.profile"),
+    ("run.py", [*TINY, "cost.profile={tmp}/bad.jsonl"], "not valid JSON"),
+    ("run.py", [*TINY, "cost.profile={tmp}/map.yaml"], "format"),
+    ("run.py", [*TINY, "+cost.speed=1"], "cost: unknown option"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--max-new-tokens", "0", "hi"],
      "--max-new-tokens"),
     ("cli", ["generate", "--model", "tiny", "hi"], "--config-map"),
@@ -69,9 +73,9 @@ def prepare(folder: Path) -> None:
     (folder / "bad.jsonl").write_text('{"prompt": "a", "reference": "b"}\n{"prompt": \n')
     (folder / "latin.jsonl").write_bytes('{"prompt": "a"}\n{"prompt": "caf\u00e9"}\n'.encode("latin-1"))
     (folder / "damaged.sqlite").write_bytes(b"this is not a database" * 100)
-    entry = {"skip_layers": [1], "accept_length": 1.5, "metric": None, "sparsity": 0.25, "cost": 0.01,
+    entry = {"skip_layers": [1], "accept_length": 1.5, "metric": None, "sparsity": 0.25, "modeled_cost": 0.01,
              "flops_fraction": 0.75, "draft_vocab_size": None,
-             "dense": {"skip_layers": [], "accept_length": 1.5, "metric": None, "cost": 0.012}}
+             "dense": {"skip_layers": [], "accept_length": 1.5, "metric": None, "modeled_cost": 0.012}}
     good = {"model": "tiny", "num_layers": 4, "domains": {"qa": entry}}
     (folder / "map.yaml").write_text(json.dumps(good))
     (folder / "other_model.yaml").write_text(json.dumps({**good, "model_identity": {"name": "someone-else"}}))

@@ -121,7 +121,7 @@ def _set(path, value):
         (_set(["domains", "qa", "accept_length"], "fast"), "domains.qa.accept_length: expected a number"),
         (_set(["domains", "qa", "accept_length"], True), "domains.qa.accept_length: expected a number"),
         (_set(["domains", "qa", "metric"], []), "domains.qa.metric: expected a number or null"),
-        (_set(["domains", "qa", "cost"], KeyError), "domains.qa: missing key 'cost'"),
+        (_set(["domains", "qa", "modeled_cost"], KeyError), "domains.qa: missing key 'modeled_cost'"),
         (_set(["domains", "qa", "skipped"], [1]), "domains.qa: unknown key 'skipped'"),
         (_set(["domains", "qa", "sparsity"], 1.5), "domains.qa.sparsity: expected a value in [0, 1]"),
         (_set(["domains", "chat", "draft_vocab_size"], 0), "draft_vocab_size: expected a positive integer"),
@@ -178,7 +178,7 @@ def test_from_result_and_measurements_csv(tmp_path):
     cfg = domain_config_from_result("qa", result, NUM_LAYERS)
     assert cfg.skip_layers == (3, 7)
     assert cfg.sparsity == pytest.approx(2 / NUM_LAYERS)
-    assert cfg.accept_length == pytest.approx(2.86) and cfg.cost == pytest.approx(0.8)
+    assert cfg.accept_length == pytest.approx(2.86) and cfg.modeled_cost == pytest.approx(0.8)
     assert cfg.dense == OperatingPoint((), 3.0, 0.8, 1.0)
     assert {a.skip_layers for a in cfg.alternatives} == {(0,), (3,), (7,)}
     assert cfg.draft_vocab_size is None

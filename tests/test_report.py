@@ -22,11 +22,13 @@ from specsparse.jobs.report import (
     format_cell,
     merged_config_map,
     routing_table,
+    slim_table1,
     table1,
     table2,
     to_latex,
     to_markdown,
 )
+from specsparse.jobs.outputs import upgrade_summary
 from specsparse.jobs.wandb_report import to_wandb_report
 from specsparse.serving.router import map_routing_prompts
 
@@ -82,19 +84,25 @@ def test_tables(sweep):
     assert pd.isna(mt["metric_native"]) and pd.isna(mt["metric_tss"])  # no references: no metric, not 0
     assert mt["accept_native"] > 0 and 0 <= mt["skipped_ratio"] <= 1
     assert set(t1["method"]) == {"pld"}  # the drafter every job of the sweep ran (the quickstart preset's)
-    timing = next(r.summary["timing_test"] for r in records if r.domain == "mt_bench" and r.strategy == "bfs")
-    assert mt["tokens_per_s_native"] == dict(zip(timing["labels"], timing["tokens_per_s"]))["dense"] > 0
+    timing = next(r.summary["measured_timing_test"] for r in records if r.domain == "mt_bench" and r.strategy == "bfs")
+    assert mt["measured_tokens_per_s_native"] == dict(zip(timing["labels"], timing["tokens_per_s"]))["dense"] > 0
+    assert mt["accept_native_low"] <= mt["accept_native"] <= mt["accept_native_high"]  # numeric interval columns
+    translation = t1.set_index("domain").loc["translation"]
+    assert translation["metric_name"] == "BLEU" and 0 <= translation["metric_native"] <= 100
     t2 = table2(records)
-    assert (t2["tokens_per_s"] > 0).all()  # each pick's engine tokens/s, timed side by side on test
+    assert (t2["measured_tokens_per_s"] > 0).all()  # each pick's engine tokens/s, timed side by side on test
     assert sorted(zip(t2["domain"], t2["strategy"])) == [
         ("mt_bench", "bfs"), ("mt_bench", "greedy"), ("translation", "bfs"), ("translation", "greedy")]
     assert (t2["configurations"] >= t2["new_measurements"]).all()
-    markdown, latex = to_markdown(t1), to_latex(t1)
+    slim = slim_table1(t1)  # the paper's layout: domain, A, metric, tok/s, speedup, verdict
+    assert list(slim.columns) == ["model", "method", "domain", "A", "metric (0-100)", "measured tok/s",
+                                  "measured speedup [95% CI]", "skipped", "verdict"]
+    markdown, latex = to_markdown(slim), to_latex(slim)
     header = [cell.strip() for cell in markdown.splitlines()[0].strip("|").split("|")]
     mt_row = next(line for line in markdown.splitlines() if "| mt_bench |" in line)
     cells = dict(zip(header, (cell.strip() for cell in mt_row.strip("|").split("|"))))
-    assert all(cells[c] == "n/a" for c in ("metric_native", "metric_native_ci", "metric_tss", "metric_tss_ci"))
-    assert cells["accept_native_ci"] != "n/a" and cells["plain_tokens_per_s"] != "n/a"
+    assert cells["metric (0-100)"] == "n/a" and " -> " in cells["A"] and cells["measured tok/s"] != "n/a"
+    assert cells["verdict"] in ("held", "inconclusive", "did not hold", "dense kept")
     assert "mt\\_bench" in latex and "\\toprule" in latex
 
 
@@ -107,14 +115,15 @@ def test_report_command_writes_tables_plots_and_merged_map(sweep, capsys):
     for table in ("table1", "table2"):
         for suffix in (".md", ".tex", ".csv"):
             assert (out / f"{table}{suffix}").stat().st_size > 0
-    csv = pd.read_csv(out / "table1.csv", keep_default_na=False)
-    assert csv.set_index("domain").loc["mt_bench", "metric_tss"] == "n/a"
+    csv = pd.read_csv(out / "table1.csv")  # numeric columns, empty where a value does not exist
+    assert pd.isna(csv.set_index("domain").loc["mt_bench", "metric_tss"])
+    assert pd.api.types.is_float_dtype(csv["measured_speedup_low"]) and pd.api.types.is_float_dtype(csv["accept_tss_high"])
     for png in ("pareto_translation.png", "pareto_mt_bench.png", "ablation_single_layer.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     ablation = pd.read_csv(out / "ablation_single_layer.csv", keep_default_na=False)
     assert sorted(set(ablation["domain"])) == ["mt_bench", "translation"]
     assert sorted(ablation[ablation["domain"] == "translation"]["layer"]) == [0, 1, 2, 3]
-    assert set(ablation[ablation["domain"] == "mt_bench"]["delta_metric"]) == {"n/a"}
+    assert set(ablation[ablation["domain"] == "mt_bench"]["delta_metric"]) == {""}  # no metric: empty, never 0
     config_map = load_config_map(merged)
     assert set(config_map.domains) == {"translation", "mt_bench"} and config_map.num_layers == 4
     dense = pd.read_csv(out / "dense_accept_length.csv")  # Fig. 2: the dense accept length per domain and drafter
@@ -143,8 +152,8 @@ def test_single_layer_ablation_reads_the_store(sweep):
 def test_missing_numbers_print_as_na():
     assert format_cell("metric_tss", None) == "n/a"
     assert format_cell("metric_tss", float("nan")) == "n/a"
-    assert format_cell("metric_tss", 0.0) == "0.000"
-    assert format_cell("speedup", 1.234) == "1.23x"
+    assert format_cell("metric_tss", 0.0) == "0.0"
+    assert format_cell("measured_speedup", 1.234) == "1.23x"
 
 
 def test_report_without_jobs_fails_with_one_line(tmp_path, capsys):
@@ -153,7 +162,7 @@ def test_report_without_jobs_fails_with_one_line(tmp_path, capsys):
     assert err.startswith("specsparse: error:") and "\n" not in err
 
 
-def test_tables_from_summaries_alone():
+def test_tables_from_summaries_alone(tmp_path):
     """What the W&B path feeds in: summaries without job folders."""
     summary = {
         "domain": "qa", "strategy": "bfs", "selected_skip_layers": [3], "selected_vocab_size": None,
@@ -163,15 +172,15 @@ def test_tables_from_summaries_alone():
         "speedup_test": 1.2, "search_cost": {"configurations_measured": 5, "cache_hits": 2, "wall_time_s": 3.0},
         "model": "m", "num_layers": 30,
     }
-    record = JobRecord(summary, None, {"model": "m", "num_layers": 30, "finished": "1"})
+    # An earlier version's summary (as W&B may hold it): read in this version's names and scale.
+    record = JobRecord(upgrade_summary(summary), None, {"model": "m", "num_layers": 30, "finished": "1"})
     t1 = table1([record])
-    assert t1.loc[0, "skipped_ratio"] == pytest.approx(1 / 30) and t1.loc[0, "speedup"] == 1.2
+    assert t1.loc[0, "skipped_ratio"] == pytest.approx(1 / 30) and t1.loc[0, "measured_speedup"] == 1.2
     assert t1.loc[0, "modeled_speedup"] == pytest.approx(12.0 / 10.0)  # from the cost profile, labelled so
     assert table2([record]).loc[0, "configurations"] == 7
-    written = build_report([record], Path(os.environ.get("TMPDIR", "/tmp")) / "specsparse-report-test", plots=False)
-    # two metrics, and what this older summary lacks (method, intervals, plain decoding and the other
-    # side-by-side timings, verdict): n/a, never 0
-    assert written["table1"][0].read_text().count("n/a") == 14
+    written = build_report([record], tmp_path, plots=False)
+    # the metric, and what this older summary lacks (method, the side-by-side rates, verdict): n/a, never 0
+    assert written["table1"][0].read_text().count("n/a") == 4
 
 
 def test_routing_learns_from_the_maps_calibration_prompts_and_is_scored_on_test(sweep, tmp_path):
@@ -196,10 +205,9 @@ def test_mixed_stream_row_times_the_controller_against_dense(sweep, tmp_path):
     written = build_report(records, tmp_path / "report", plots=False, mixed_stream=2, progress=False)
     t1 = pd.read_csv(written["table1"][2], keep_default_na=False).set_index("domain")
     row = t1.loc["mixed stream"]
-    assert row["strategy"] == "controller" and row["held_out"].startswith("4 requests, routed right")
-    assert float(row["tokens_per_s_native"]) > 0 and float(row["tokens_per_s_tss"]) > 0
-    low, high = (float(x) for x in row["speedup_ci"].split("-"))
-    assert low <= float(row["speedup"]) <= high
+    assert row["strategy"] == "controller" and row["verdict"].startswith("4 requests, routed right")
+    assert float(row["measured_tokens_per_s_native"]) > 0 and float(row["measured_tokens_per_s_tss"]) > 0
+    assert float(row["measured_speedup_low"]) <= float(row["measured_speedup"]) <= float(row["measured_speedup_high"])
     assert (tmp_path / "report" / "routing.md").is_file() is False  # only with --merge-config-map
 
 
@@ -252,3 +260,28 @@ def test_wandb_report_definition_offline(sweep, tmp_path, capsys, monkeypatch):
     assert [type(b).__name__ for b in report.blocks][:2] == ["H1", "MarkdownBlock"]
     assert sum(isinstance(b, wr.PanelGrid) for b in report.blocks) == 2
     assert main(["report", str(sweep / "multirun"), "--out", str(out), "--publish", "nobody"]) == 2
+
+
+def test_every_json_file_a_job_writes_is_strict_json(sweep):
+    """RFC 8259 JSON: no NaN / Infinity constants, which Python writes by default and most parsers refuse."""
+    def refuse(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    files = [f for f in (sweep / "multirun").rglob("*") if f.suffix in (".json", ".jsonl") and "wandb" not in f.parts]
+    assert {"summary.json", "reproduce.json", "config_map.json", "samples.jsonl"} <= {f.name for f in files}
+    for file in files:
+        texts = file.read_text().splitlines() if file.suffix == ".jsonl" else [file.read_text()]
+        for text in texts:
+            json.loads(text, parse_constant=refuse)
+    samples = [json.loads(line) for line in (sweep / "multirun" / "0_translation_bfs" / "samples.jsonl").open()]
+    assert all(s["prompt"] and s["references"] and 0 <= s["fidelity_tss"] <= 100 for s in samples)
+    summary = json.loads((sweep / "multirun" / "0_translation_bfs" / "summary.json").read_text())
+    assert summary["metric"] == {"name": "BLEU", "module": "sacrebleu", "key": "bleu", "scale": "0-100"}
+    assert summary["held_out"]["verdict"] in ("held", "inconclusive", "did not hold", "dense kept")
+
+
+def test_strict_json_writes_null_for_what_json_cannot_hold():
+    from specsparse.util import strict_json
+
+    text = strict_json({"a": float("inf"), "b": [float("nan"), 1.5, (2, -float("inf"))], "c": Path("/x")})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5, [2, None]], "c": "/x"}

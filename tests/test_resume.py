@@ -18,10 +18,11 @@ from specsparse.jobs.store import ResultsStore
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = [
     "model=tiny", "logger=none", "domain=translation", "domain.limit=28", "generation.max_new_tokens=32",
-    "search=bfs", "tss.max_depth=2", "tss.max_pool=null", "evaluate_test=false", "progress=false",
+    "search=bfs", "tss.max_depth=2", "tss.max_pool=null", "tss.guard=task", "evaluate_test=false", "progress=false",
 ]
 # tss.max_pool=null: the pool is every layer whose single skip passes (a rule on accept length and
-# metric only), so the configurations measured do not depend on timings.
+# metric only), so the configurations measured do not depend on timings. tss.guard=task: the random
+# tiny model's replies share little with each other, so the fidelity guard would leave no pool to resume.
 
 
 def command(store: Path, run_dir: Path) -> list[str]:

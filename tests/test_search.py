@@ -3,6 +3,7 @@ objectives with known answers (no model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import itertools
@@ -200,7 +201,7 @@ def test_contract_each_strategy_selects_by_its_own_rule():
             assert result.selected == (strategy.drawn[0] if strategy.drawn else Candidate())
         else:
             feasible = [m for c, m in told if c in result.feasible]
-            assert result.selected_measurement.cost == min(m.cost for m in feasible)
+            assert result.selected_measurement.modeled_cost == min(m.modeled_cost for m in feasible)
 
 
 @pytest.mark.parametrize("name", ["bfs"])
@@ -211,7 +212,7 @@ def test_contract_selected_is_cheapest_feasible(name):
     feasible = [(c, m) for c, m in result.history if is_feasible(m, result.dense, use_accept=use_a, use_metric=use_m)]
     assert set(result.feasible) == {c for c, _ in feasible}
     assert result.selected in result.feasible
-    assert result.selected_measurement.cost == min(m.cost for _, m in feasible)
+    assert result.selected_measurement.modeled_cost == min(m.modeled_cost for _, m in feasible)
     for c, _ in result.alternatives:
         assert c in result.feasible and c != result.selected and c.skip_layers
 
@@ -259,7 +260,7 @@ def test_bfs_finds_joint_optimum_that_greedy_misses():
     greedy_strategy = GreedySearch(10, max_depth=4)
     greedy = run(greedy_strategy, TRAP)
     assert bfs.selected == TRAP_OPTIMUM
-    assert bfs.selected_measurement.cost == pytest.approx(0.80)
+    assert bfs.selected_measurement.modeled_cost == pytest.approx(0.80)
     assert greedy_strategy.path == [(9,), (8, 9), (7, 8, 9), (6, 7, 8, 9)]
     assert greedy.selected == Candidate((6, 7, 8, 9))
     assert greedy.selected_measurement.accept_length < 0.95 * greedy.dense.accept_length
@@ -329,7 +330,7 @@ def test_bfs_is_exact_on_monotone_separable_objectives(drops, max_pool):
     measured = list(zip(subsets, evaluate(subsets)))
     dense = measured[0][1]
     best = min((p for p in measured if is_feasible(p[1], dense)), key=selection_key)
-    assert result.selected_measurement.cost == pytest.approx(best[1].cost)
+    assert result.selected_measurement.modeled_cost == pytest.approx(best[1].modeled_cost)
     assert is_feasible(result.selected_measurement, dense)
 
 
@@ -597,7 +598,7 @@ def test_pareto_front_properties(points):
     use_m = any(m.metric is not None for m in unique.values())
 
     def vec(m):
-        return (m.accept_length, (m.metric if m.metric is not None else -math.inf) if use_m else 0, -m.cost)
+        return (m.accept_length, (m.metric if m.metric is not None else -math.inf) if use_m else 0, -m.modeled_cost)
 
     def dom(p, q):
         return all(x >= y for x, y in zip(p, q)) and p != q
@@ -744,7 +745,7 @@ def test_bfs_pool_takes_every_layer_within_tau_and_names_a_cap():
 
 def test_the_papers_selection_drops_what_accept_and_metric_dominate_then_takes_the_cheapest_step():
     def m(a, metric, per_token, per_step):
-        return Measurement(a, metric, per_token, 1.0, 0.0, 10, 5, 0.0, verify_cost=per_step)
+        return Measurement(a, metric, per_token, 1.0, 0.0, 10, 5, 0.0, modeled_verify_cost=per_step)
 
     table = {(): m(2.0, 0.50, 0.50, 1.00), (1,): m(1.96, 0.49, 0.45, 0.90), (2,): m(2.10, 0.50, 0.46, 0.95)}
     fn = lambda c: table.get(c.skip_layers, m(1.0, 0.1, 0.9, 0.9))  # noqa: E731
@@ -754,3 +755,68 @@ def test_the_papers_selection_drops_what_accept_and_metric_dominate_then_takes_t
     assert paper.selected == Candidate((2,))  # skip[1] is dominated in (A, M) by dense; skip[2] dominates dense
     with pytest.raises(ValueError, match="select"):
         BFSSearch(3, select="fastest")
+
+
+# -- the fidelity guard (chrF of the replies against the dense replies) --------------------------------------------
+REPLIES = ("The capital of France is Paris, a city on the Seine.", "Water boils at one hundred degrees Celsius.",
+           "Photosynthesis turns light, water and carbon dioxide into sugar.", "The Moon orbits the Earth monthly.")
+
+
+def with_replies(accept, cost, replies, metric=None):
+    """A measurement whose prompts each have one of `replies` and accept length `accept` (a multiple of
+    0.5: two verification steps per prompt), no task metric."""
+    from specsparse.types import PromptResult
+
+    tokens = round(2 * accept)
+    per_prompt = tuple(PromptResult(f"p{i}", text, (tokens - tokens // 2, tokens // 2), tokens, 0.0, 0.0)
+                       for i, text in enumerate(replies))
+    return Measurement(accept_length=accept, metric=metric, modeled_cost=cost, flops_fraction=cost, modeled_tokens_per_s=0.0,
+                       new_tokens=tokens * len(replies), target_forwards=2 * len(replies), wall_time_s=0.0,
+                       per_prompt=per_prompt)
+
+
+# Layer 1 turns every reply into repetitions (A rises: the drafter predicts them); layer 2 rewords a
+# little (A and the replies stay close); the rest cost A 0.5 and fidelity nothing.
+def degrading(c: Candidate):
+    replies = [(").).).)" * 8) if 1 in c.skip_layers else
+               text.replace("The", "This") if 2 in c.skip_layers else text for text in REPLIES]
+    accept = 2.0 + (1.0 if 1 in c.skip_layers else 0.0) - 0.5 * len(set(c.skip_layers) - {1, 2})
+    return with_replies(accept, 1.0 - 0.1 * len(c.skip_layers), replies)
+
+
+degrading.num_layers = 6
+
+
+@pytest.mark.parametrize("guard, expected", [("task", Candidate((1, 2))), ("auto", Candidate((2,))),
+                                             ("fidelity", Candidate((2,))), ("both", Candidate((2,)))])
+def test_fidelity_guard_rejects_degenerate_replies_that_raise_accept_length(guard, expected):
+    for feasibility in ("point", "lower_bound"):
+        result = run(BFSSearch(6, max_depth=2, guard=guard, min_fidelity=50, feasibility=feasibility), degrading)
+        assert result.selected == expected, (guard, feasibility)
+        assert any(n.startswith("guard: output fidelity") for n in result.notes) == (guard != "task")
+
+
+def test_fidelity_guard_auto_adds_fidelity_only_without_an_informative_metric():
+    def informative(c):
+        m = degrading(c)
+        return dataclasses.replace(m, metric=0.8, per_prompt=tuple(dataclasses.replace(p, metric=0.8) for p in m.per_prompt))
+
+    informative.num_layers = 6
+    strategy = BFSSearch(6, max_depth=2, guard="auto", min_fidelity=50)
+    run(strategy, informative)
+    assert strategy.quality_guard() == {"task_metric": True, "fidelity": False, "min_fidelity": None}
+    strategy = BFSSearch(6, max_depth=2, guard="auto", min_fidelity=50)
+    run(strategy, degrading)
+    assert strategy.quality_guard() == {"task_metric": False, "fidelity": True, "min_fidelity": 50.0}
+
+
+@FAST
+@given(st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=6))
+def test_fidelity_of_identical_replies_is_100_and_of_others_below(replies):
+    from specsparse.measuring.fidelity import fidelity_interval
+
+    dense = with_replies(2.0, 1.0, replies)
+    same = fidelity_interval(dense, with_replies(1.0, 0.5, replies))
+    assert same.point == same.low == same.high == pytest.approx(100.0)
+    other = fidelity_interval(dense, with_replies(1.0, 0.5, ["\u2603" * 50] * len(replies)))
+    assert other.low <= other.point <= other.high < 100.0

@@ -118,19 +118,19 @@ def test_rows_flatten_and_filter(tmp_path):
     with ResultsStore(tmp_path / "r.sqlite") as store:
         store.put("a", measurement(a=2.0), meta("qa", (1,)))
         store.put("b", measurement(a=3.0, metric=None), meta("math", (1, 2)))
-        store.put("c", measurement(a=4.0), {"domain": "qa", "cost": "meta field clashing with a column"})
+        store.put("c", measurement(a=4.0), {"domain": "qa", "modeled_cost": "meta field clashing with a column"})
         rows = store.rows()
         assert [r["key"] for r in rows] == ["a", "b", "c"]
         assert rows[0]["generation.max_new_tokens"] == 8
         assert rows[0]["candidate.skip_layers"] == (1,)
         assert rows[1]["metric"] is None
-        assert rows[2]["meta.cost"].startswith("meta field") and rows[2]["cost"] == 0.012
+        assert rows[2]["meta.modeled_cost"].startswith("meta field") and rows[2]["modeled_cost"] == 0.012
         assert [r["key"] for r in store.rows(domain="qa")] == ["a", "c"]
         assert [r["key"] for r in store.rows(**{"candidate.skip_layers": [1, 2]})] == ["b"]
         assert store.rows(domain="none") == []
         df = store.to_dataframe()
     assert list(df.columns[:1]) == ["key"] and df.columns[-1] == "created"
-    assert {"accept_length", "cost", "early_stopped", "domain", "model"} <= set(df.columns)
+    assert {"accept_length", "modeled_cost", "early_stopped", "domain", "model"} <= set(df.columns)
     assert len(df) == 3 and "per_prompt" not in df.columns
 
 

@@ -41,7 +41,7 @@ def summary(domain: str, strategy: str, **extra) -> dict:
 def sweep_dir(tmp_path) -> Path:
     sweep = tmp_path / "multirun" / "2026-12-02_05-40-00-123456"
     write_job(sweep / "0_qa_bfs", summary(
-        "qa", "bfs", metric={"name": "squad_f1"}, speedup_test=1.31, speedup_test_interval=[1.12, 1.5],
+        "qa", "bfs", metric={"name": "F1"}, measured_speedup_test=1.31, measured_speedup_test_interval=[1.12, 1.5],
         held_out={"verdict": "held", "reasons": []}), {"status": "finished"})
     write_job(sweep / "1_qa_greedy", summary("qa", "greedy", speedup_test=0.97))  # an older summary.json
     write_job(sweep / "2_mmlu_bfs", None, {"status": "failed", "domain": "mmlu", "search": "bfs"})
@@ -61,11 +61,13 @@ def test_one_row_per_job_failed_ones_included(sweep_dir):
     assert list(rows) == ["0_qa_bfs", "1_qa_greedy", "2_mmlu_bfs", "3_math_bfs", "4_rag_bfs", "10_math_bfs"]
     assert rows["0_qa_bfs"] == {
         "job": "0_qa_bfs", "domain": "qa", "search": "bfs", "skip_layers": [3, 7], "accept_dense": 2.5,
-        "accept_selected": 2.25, "metric": "squad_f1", "metric_dense": 0.61, "metric_selected": 0.6,
-        "speedup": 1.31, "speedup_low": 1.12, "speedup_high": 1.5, "verdict": "held", "error": "",
+        "accept_selected": 2.25, "metric": "F1", "metric_dense": 0.61, "metric_selected": 0.6,
+        "measured_speedup": 1.31, "measured_speedup_low": 1.12, "measured_speedup_high": 1.5, "verdict": "held",
+        "error": "",
     }
-    old = rows["1_qa_greedy"]  # no metric name, held-out verdict or interval: "n/a" / None, never an error
-    assert (old["metric"], old["verdict"], old["speedup"], old["speedup_low"]) == ("n/a", "n/a", 0.97, None)
+    old = rows["1_qa_greedy"]  # an earlier version's names and 0-1 metric, no verdict or interval: never an error
+    assert (old["metric"], old["verdict"], old["measured_speedup"], old["measured_speedup_low"]) == ("F1", "n/a", 0.97, None)
+    assert old["metric_dense"] == pytest.approx(61.0)
     failed = rows["2_mmlu_bfs"]  # domain and search from its reproduce.json
     assert (failed["domain"], failed["search"], failed["verdict"], failed["error"], failed["accept_dense"]) == (
         "mmlu", "bfs", "failed", "model foo: no such file", None)
@@ -78,12 +80,12 @@ def test_markdown_and_csv(sweep_dir):
     rows = sweep_rows(sweep_dir, FAILED)
     lines = to_markdown(rows).splitlines()
     assert len(lines) == 2 + len(rows)
-    assert lines[2] == "| 0_qa_bfs | qa | bfs | [3, 7] | 2.50 | 2.25 | squad_f1 | 0.610 | 0.600 | 1.31 [1.12-1.50] | held |"
-    assert lines[3].endswith("| n/a | 0.610 | 0.600 | 0.97 | n/a |")
+    assert lines[2] == "| 0_qa_bfs | qa | bfs | [3, 7] | 2.50 | 2.25 | F1 | 0.6 | 0.6 | 1.31 [1.12-1.50] | held |"
+    assert lines[3].endswith("| F1 | 61.0 | 60.0 | 0.97 | n/a |")
     assert "| failed: model foo: no such file |" in lines[4]
     table = list(csv.DictReader(io.StringIO(to_csv(rows))))
     assert [r["job"] for r in table] == [r["job"] for r in rows]
-    assert (table[0]["skip_layers"], table[0]["speedup_low"], table[2]["verdict"]) == ("[3, 7]", "1.12", "failed")
+    assert (table[0]["skip_layers"], table[0]["measured_speedup_low"], table[2]["verdict"]) == ("[3, 7]", "1.12", "failed")
 
 
 def test_the_callback_writes_the_table_and_exits_2_when_a_job_failed(sweep_dir, monkeypatch, capsys):
@@ -126,7 +128,10 @@ def test_a_hydra_sweep_ends_with_the_table(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     output = done.stdout + done.stderr
     assert output.count("preset: experiment=quickstart (applied by default") == 2
-    assert "preset: experiment=quickstart" in (sweep / "0_translation_bfs" / "run.log").read_text()
+    run_log = (sweep / "0_translation_bfs" / "run.log").read_text()
+    assert "preset: experiment=quickstart" in run_log
+    assert "held-out verdict:" in run_log and "outputs: " in run_log  # the final table, on the console and in run.log
+    assert "held-out verdict:" in output
     rows = (sweep / "sweep_summary.md").read_text().splitlines()[2:]
     assert [r.split(" | ")[0] for r in rows] == ["| 0_translation_bfs", "| 1_translation_bfs"]
     assert "| failed: domain.limit must be an integer >= 2" in rows[1] and "| 0_translation_bfs |" in done.stdout

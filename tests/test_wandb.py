@@ -83,12 +83,12 @@ def test_offline_run_is_written_under_the_job_folder(tmp_path):
 
     summary_keys = {u.key or "/".join(u.nested_key) for r in records if r.WhichOneof("record_type") == "summary"
                     for u in r.summary.update}
-    assert {"domain", "strategy", "selected_skip_layers", "calibration", "test", "speedup_test", "search_cost",
+    assert {"domain", "strategy", "selected_skip_layers", "calibration", "test", "measured_speedup_test", "search_cost",
             "model", "num_layers", "wandb_group"} <= summary_keys
     assert {"measurements", "pareto_front", "pareto_plot"} <= {k.split("/")[0] for k in summary_keys}
     history_keys = {i.key or "/".join(i.nested_key) for r in records if r.WhichOneof("record_type") == "history"
                     for i in r.history.item}
-    assert {"measurement/accept_length", "measurement/cost", "measurement/metric"} <= history_keys
+    assert {"measurement/accept_length", "measurement/modeled_cost", "measurement/metric"} <= history_keys
     artifacts = {r.artifact.name: r.artifact.type for r in records if r.WhichOneof("record_type") == "artifact"}
     assert artifacts.get("config_map-tiny-qa-bfs") == "config_map"
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from specsparse.jobs.figures import new_figure, save_figure
 from specsparse.jobs.store import SCALAR_FIELDS, ResultsStore
+from specsparse.metrics import SCALE
 
 
 def single_layer_ablation(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -53,7 +54,7 @@ def single_layer_ablation(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
     for (model, domain), group in sorted(best.items()):
         dense = group["dense"]
         for layer, row in sorted(group["singles"].items()):
-            metric, metric0 = row.get("metric"), dense.get("metric")
+            metric, metric0 = (None if m is None else SCALE * m for m in (row.get("metric"), dense.get("metric")))
             out.append({
                 "model": model,
                 "domain": domain,
@@ -78,7 +79,7 @@ def plot_ablation(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> P
         metric = rows.dropna(subset=["delta_metric"])
         if len(metric):
             bottom.plot(metric["layer"], metric["delta_metric"], marker="o", ms=3, label=domain)
-    for ax, label in ((top, "Δ accept length"), (bottom, "Δ metric (n/a domains omitted)")):
+    for ax, label in ((top, "Δ accept length"), (bottom, "Δ metric, 0-100 (n/a domains omitted)")):
         ax.axhline(0, color="black", lw=0.8)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

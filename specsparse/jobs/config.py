@@ -31,6 +31,7 @@ from specsparse.drafters.base import Drafter
 from specsparse.jobs.reproduce import data_fingerprint
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
+from specsparse.measuring.profile import ProfileError, load_profile
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import Component, GenerationConfig
@@ -98,7 +99,7 @@ def build_plan(
     """Validate a composed configuration and turn it into a JobPlan, without loading any model.
 
     config: the composed configuration as plain data (groups model, drafter, domain, search, runner,
-        logger, plus generation, seed, paths, evaluate_test, progress, experiment_name).
+        logger, plus generation, seed, paths, cost, evaluate_test, progress, experiment_name).
     output_dir: the job's directory (Hydra's output dir); made absolute.
     cwd: where relative paths in the config (data files, model files, the store) resolve from.
     choices: the group option chosen for each group (Hydra's runtime choices), used as short names.
@@ -119,6 +120,7 @@ def build_plan(
         model=model.source, dtype=model.dtype, device=model.device, drafter=drafter, domain=domain,
         split="calibration", generation=generation, measure=measure,
         vocab_corpus=_vocab_corpus(config.get("vocab_corpus", EvaluationSpec.vocab_corpus), cwd_path),
+        cost_profile=_cost_profile(config.get("cost") or {}, model, cwd_path),
     )
     paths = config.get("paths") or {}
     store = _absolute(paths.get("store") or "outputs/store.sqlite", cwd_path)
@@ -163,6 +165,28 @@ def _vocab_corpus(value: Any, cwd: Path) -> tuple[str, ...]:
             )
         entries.append(str(path))
     return tuple(entries)
+
+
+def _cost_profile(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> str | None:
+    """`cost.profile`: None (this machine's profile), or a profile file that exists, parses and passes
+    its checks, as an absolute path. Its architecture is checked against the model when it loads."""
+    unknown = sorted(set(cfg) - {"profile"})
+    if unknown:
+        raise ConfigError(f"cost: unknown option(s) {unknown}: use cost.profile")
+    value = cfg.get("profile")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"cost.profile={value!r}: give the path of a cost profile file, or null for this machine's")
+    path = _absolute(value, cwd)
+    try:
+        profile = load_profile(path)
+    except ProfileError as err:
+        raise ConfigError(f"cost.profile: {first_line(err)}") from None
+    if model.num_layers is not None and profile.num_layers != model.num_layers:
+        raise ConfigError(f"cost.profile={path} was measured on a {profile.num_layers}-layer model, {model.name} has "
+                          f"{model.num_layers} layers: pin a profile of this model (`specsparse profile` writes one)")
+    return str(path)
 
 
 def _timing_prompts(value: Any) -> int | None:
@@ -295,19 +319,28 @@ def _locate(target: str, group: str, base: type | None = None) -> Any:
     return obj
 
 
-def _unknown_options(fn: Any, options: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
-    """Options `fn` cannot accept by name (none when it takes **kwargs)."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return []
-    accepted = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return sorted(set(options) - accepted - set(skip))
+def _parameters(obj: Any) -> dict[str, inspect.Parameter] | None:
+    """Parameters a function (or a class's constructor) takes by name, following `**kwargs` into
+    the base classes' constructors that receive them; None when it takes any name."""
+    functions = [c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
+    named: dict[str, inspect.Parameter] = {}
+    for fn in functions:
+        params = inspect.signature(fn).parameters
+        named.update({n: p for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                      and n not in ("self", "cls") and n not in named})
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return named
+    return None
 
 
-def _accepted(fn: Any, skip: Sequence[str]) -> str:
-    names = [n for n, p in inspect.signature(fn).parameters.items()
-             if n not in ("self", "cls", *skip) and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return ", ".join(names) or "none"
+def _unknown_options(obj: Any, options: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
+    """Options `obj` (a function, or a class's constructor) cannot accept by name."""
+    named = _parameters(obj)
+    return [] if named is None else sorted(set(options) - set(named) - set(skip))
+
+
+def _accepted(obj: Any, skip: Sequence[str]) -> str:
+    return ", ".join(n for n in _parameters(obj) or {} if n not in skip) or "none"
 
 
 def _check_layers(value: Any, key: str, model: ModelInfo, skip_set: bool = True) -> None:
@@ -420,9 +453,9 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
         if key in options:
             _check_layers(options[key], f"search.{key}", model, skip_set=key == "skip_layers")
     context = cls.context_arguments
-    unknown = _unknown_options(cls.__init__, options, skip=context)
+    unknown = _unknown_options(cls, options, skip=context)
     if unknown:
-        raise ConfigError(f"search {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, context)})")
+        raise ConfigError(f"search {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls, context)})")
     if issubclass(cls, LayerSkipSearch) and model.num_layers is not None:
         try:
             cls(num_layers=model.num_layers, **options)
@@ -438,9 +471,9 @@ def _component(cfg: Mapping[str, Any], group: str, required: str | None = None) 
     cls = _locate(target, group)
     if required is not None and not hasattr(cls, required):
         raise ConfigError(f"{group}._target_={target!r} has no {required}: it is not a {group}")
-    unknown = _unknown_options(cls.__init__, options)
+    unknown = _unknown_options(cls, options)
     if unknown:
-        raise ConfigError(f"{group} {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls.__init__, ())})")
+        raise ConfigError(f"{group} {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls, ())})")
     check = getattr(cls, "check_options", None)
     if check is not None:
         try:

@@ -29,16 +29,19 @@ def save_figure(fig, path: str | os.PathLike) -> Path:
 
 
 def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
-    """Scatter of one search's configurations: accept length vs metric, cost as colour; Pareto points
+    """Scatter of one search's configurations: accept length vs metric, modeled cost as colour; Pareto points
     ringed, the selected configuration a red star, dense a black square. Without a metric (domain
-    without references) the y axis is the cost instead."""
+    without references) the y axis is the modeled cost instead."""
     data = frame[~frame["early_stopped"]] if "early_stopped" in frame else frame
     fig = new_figure()
     ax = fig.subplots()
     has_metric = data["metric"].notna().any()
-    y_column, y_label = ("metric", "task metric M") if has_metric else ("cost", "cost (s / token; metric n/a)")
-    points = ax.scatter(data["accept_length"], data[y_column], c=data["cost"] * 1000, cmap="viridis", s=28, zorder=2)
-    fig.colorbar(points, ax=ax, label="cost (ms / token)")
+    metric_name = data["metric_name"].dropna().iloc[0] if has_metric and "metric_name" in data else "task metric"
+    y_column, y_label = (("metric", f"{metric_name} (0-100)") if has_metric
+                         else ("modeled_cost", "modeled cost (s / token; metric n/a)"))
+    points = ax.scatter(data["accept_length"], data[y_column], c=data["modeled_cost"] * 1000, cmap="viridis", s=28,
+                        zorder=2)
+    fig.colorbar(points, ax=ax, label="modeled cost (ms / token)")
     front = data[data["pareto"]] if "pareto" in data else data.iloc[0:0]
     ax.scatter(front["accept_length"], front[y_column], facecolors="none", edgecolors="black", s=90, linewidths=1.2,
                label="Pareto front (feasible)", zorder=3)

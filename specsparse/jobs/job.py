@@ -12,7 +12,6 @@ which runner measured them.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -27,12 +26,15 @@ from specsparse.jobs.reproduce import reproduce_record
 from specsparse.jobs.runners import Runner
 from specsparse.jobs.store import ResultsStore, measurement_to_dict
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
-from specsparse.measuring.intervals import comparison
+from specsparse.measuring.fidelity import NAME as FIDELITY
+from specsparse.measuring.fidelity import fidelity_interval
+from specsparse.measuring.intervals import comparison, paired_ratios
 from specsparse.measuring.timing import SideBySide, time_side_by_side
-from specsparse.search.base import SearchResult
+from specsparse.metrics import SCALE, metric_description
+from specsparse.search.base import TASK_GUARD, SearchResult
 from specsparse.search.driver import OnMeasurement, measure_through_store, run_search
 from specsparse.types import Candidate, Component, Measurement
-from specsparse.util import atomic_write_text, first_line, utc_now
+from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +51,36 @@ class JobResult:
     description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
     timing: SideBySide | None = None  # plain decoding, dense and selected on the test split, side by side
     eps_metric: float = 0.05  # the search's metric tolerance, which the held-out verdict applies too
+    metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
+    guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
 
     def summary(self) -> dict[str, Any]:
-        """The job's headline numbers (what tables and W&B summaries are built from)."""
-        def numbers(m: Measurement | None) -> dict[str, Any] | None:
-            if m is None:
-                return None
-            return {k: v for k, v in measurement_to_dict(m).items() if k != "per_prompt"}
-
+        """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on
+        the 0-100 scale `metric` names; fields named modeled_* come from the cost profile, speedups
+        without that prefix are measured (the engine, timed side by side in this process)."""
         s = self.search_result
         timing = self.timing
         return {
             "domain": self.domain,
             "strategy": s.strategy,
+            "metric": metric_description(self.metric),
+            "guard": {**self.guard, "eps_metric": self.eps_metric},
             "selected_skip_layers": list(s.selected.skip_layers),
             "selected_vocab_size": s.selected.vocab_size,
-            "calibration": {"dense": numbers(s.dense), "selected": numbers(s.selected_measurement)},
-            "test": {"dense": numbers(self.test_dense), "selected": numbers(self.test_selected)},
-            "intervals": {"calibration": comparison(s.dense, s.selected_measurement),
-                          "test": comparison(self.test_dense, self.test_selected)},
-            # Measured: the engine, plain decoding, dense and selected interleaved in this process.
-            # Modeled: the cost profile.
-            "speedup_test": _speedup(timing, "selected", "dense", 0),
-            "speedup_test_interval": _speedup(timing, "selected", "dense", slice(1, 3)),
-            "speedup_test_modeled": _ratio(self.test_selected, self.test_dense, "tokens_per_s"),
-            "speedup_test_vs_plain": _speedup(timing, "selected", "plain", slice(0, 3)),
-            "speedup_dense_vs_plain": _speedup(timing, "dense", "plain", slice(0, 3)),
-            "plain_tokens_per_s_test": None if timing is None else timing.tokens_per_s[0],
-            "timing_test": None if timing is None else timing.as_dict(),
+            "calibration": {"dense": _numbers(s.dense), "selected": _numbers(s.selected_measurement)},
+            "test": {"dense": _numbers(self.test_dense), "selected": _numbers(self.test_selected)},
+            "intervals": {"calibration": _intervals(s.dense, s.selected_measurement),
+                          "test": _intervals(self.test_dense, self.test_selected)},
+            "fidelity": {"name": FIDELITY, "scale": "0-100",
+                         "calibration": _fidelity(s.dense, s.selected_measurement),
+                         "test": _fidelity(self.test_dense, self.test_selected)},
+            "measured_speedup_test": _speedup(timing, "selected", "dense", 0),
+            "measured_speedup_test_interval": _speedup(timing, "selected", "dense", slice(1, 3)),
+            "modeled_speedup_test": _ratio(self.test_selected, self.test_dense, "modeled_tokens_per_s"),
+            "measured_speedup_test_vs_plain": _speedup(timing, "selected", "plain", slice(0, 3)),
+            "measured_speedup_dense_vs_plain": _speedup(timing, "dense", "plain", slice(0, 3)),
+            "measured_plain_tokens_per_s_test": None if timing is None else timing.tokens_per_s[0],
+            "measured_timing_test": None if timing is None else timing.as_dict(),
             "held_out": self.held_out(),
             "search_cost": {
                 "configurations_measured": s.n_measured,
@@ -101,29 +105,71 @@ class JobResult:
         return {"entries": entries, "domains": None if domains is None else sorted(domains),
                 "in_domain": None if domains is None else self.domain in domains}
 
-
     def held_out(self) -> dict[str, Any]:
-        """Whether the selection held on the test split: measured speedup over dense > 1 (with its
-        interval) and the test metric within eps_metric of dense."""
+        """Whether the selection held on the test split, judged by intervals, never point estimates:
+        the measured speedup over dense, the task metric's ratio to dense (against 1 - eps_metric)
+        and the replies' fidelity to dense (against min_fidelity), each where the search's guard used
+        it. A check *held* when its whole 95% interval clears its threshold, *did not hold* when the
+        whole interval misses it, and is *inconclusive* otherwise; the verdict is the worst check.
+        "dense kept": nothing to verify; "not evaluated": no test evaluation."""
         s = self.search_result
         if s.selected == s.baseline:
-            return {"verdict": "dense selected", "reasons": ["the search kept the dense target"]}
+            return {"verdict": DENSE_KEPT, "reasons": ["the search kept the dense target"], "checks": {}}
         if self.timing is None or self.test_dense is None or self.test_selected is None:
-            return {"verdict": "not evaluated", "reasons": ["no test evaluation (evaluate_test=false)"]}
-        reasons = []
-        point, low, high = self.timing.speedup("selected", "dense")
-        if point <= 1:
-            reasons.append(f"measured test speedup {point:.2f}x [{low:.2f}-{high:.2f}] is not above 1")
-        elif low <= 1:
-            reasons.append(f"speedup {point:.2f}x but its 95% interval [{low:.2f}-{high:.2f}] includes 1")
-        dense_m, selected_m = self.test_dense.metric, self.test_selected.metric
-        if dense_m is not None:
-            ratio = (selected_m or 0.0) / dense_m if dense_m > 0 else 1.0
-            if ratio < 1 - self.eps_metric:
-                reasons.append(f"test metric {selected_m:.3f} vs dense {dense_m:.3f}: {ratio:.2f}x, "
-                               f"below 1 - eps_metric = {1 - self.eps_metric:.2f}")
-        held = point > 1 and not any("metric" in r for r in reasons)
-        return {"verdict": "held" if held else "did not hold", "reasons": reasons}
+            return {"verdict": "not evaluated", "reasons": ["no test evaluation (evaluate_test=false)"], "checks": {}}
+        checks = {"speedup": _check("measured speedup over dense", self.timing.speedup("selected", "dense"),
+                                    1.0, strictly=True)}
+        ratios = paired_ratios(self.test_dense, self.test_selected)
+        if self.guard.get("task_metric") and ratios is not None and ratios.metric is not None:
+            checks["metric"] = _check("metric / dense metric", ratios.metric.as_list(), 1 - self.eps_metric)
+        fidelity = _fidelity(self.test_dense, self.test_selected)
+        if self.guard.get("fidelity") and fidelity is not None:
+            checks["fidelity"] = _check(f"fidelity ({FIDELITY})", fidelity, self.guard["min_fidelity"])
+        states = {c["state"] for c in checks.values()}
+        verdict = next(v for v in (DID_NOT_HOLD, INCONCLUSIVE, HELD) if v in states)
+        return {"verdict": verdict, "reasons": [c["text"] for c in checks.values() if c["state"] != HELD],
+                "checks": checks}
+
+
+HELD, INCONCLUSIVE, DID_NOT_HOLD, DENSE_KEPT = "held", "inconclusive", "did not hold", "dense kept"
+VERDICTS = (HELD, INCONCLUSIVE, DID_NOT_HOLD, DENSE_KEPT, "not evaluated")
+
+
+def _check(label: str, values: list[float] | None, threshold: float, strictly: bool = False) -> dict[str, Any]:
+    """One held-out check: [point, low, high] against `threshold` (`strictly` above it, or at least)."""
+    if values is None:
+        return {"state": INCONCLUSIVE, "text": f"{label}: not measured", "interval": None, "threshold": threshold}
+    point, low, high = values
+    clears = (lambda x: x > threshold) if strictly else (lambda x: x >= threshold)
+    state = HELD if clears(low) else DID_NOT_HOLD if not clears(high) else INCONCLUSIVE
+    needs = ">" if strictly else ">="
+    text = f"{label} {point:.2f} [{low:.2f}-{high:.2f}] {state} (needs {needs} {threshold:.2f} over the whole interval)"
+    return {"state": state, "text": text, "interval": [point, low, high], "threshold": threshold}
+
+
+def _numbers(m: Measurement | None) -> dict[str, Any] | None:
+    """A measurement's totals as written: metric on the 0-100 scale, no per-prompt detail, and no
+    wall time (a batched pass measures many configurations at once: none has a wall time of its own)."""
+    if m is None:
+        return None
+    numbers = {k: v for k, v in measurement_to_dict(m).items() if k not in ("per_prompt", "wall_time_s", "draft_time_s")}
+    numbers["metric"] = None if m.metric is None else SCALE * m.metric
+    return numbers
+
+
+def _intervals(dense: Measurement | None, selected: Measurement | None) -> dict[str, Any] | None:
+    """`comparison` with the metric intervals on the 0-100 scale (ratios need no scale)."""
+    intervals = comparison(dense, selected)
+    if intervals is not None:
+        for key in ("metric_dense", "metric_selected"):
+            if intervals[key] is not None:
+                intervals[key] = [SCALE * v for v in intervals[key]]
+    return intervals
+
+
+def _fidelity(dense: Measurement | None, selected: Measurement | None) -> list[float] | None:
+    interval = None if dense is None or selected is None else fidelity_interval(dense, selected)
+    return None if interval is None else interval.as_list()
 
 
 def _speedup(timing: SideBySide | None, label: str, over: str, part: int | slice) -> Any:
@@ -178,8 +224,9 @@ def run_job(
                                                              timing_prompts)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
                     time.perf_counter() - start, calibration.target.num_layers, description, timing,
-                    float(search.options.get("eps_metric", 0.05)))
-    write_job_outputs(job, calibration)
+                    float(search.options.get("eps_metric", 0.05)), calibration.domain.metric, strategy.quality_guard())
+    test_examples = evaluator_for(spec.with_split("test")).examples if evaluate_test else ()
+    write_job_outputs(job, calibration, test_examples)
     return job
 
 
@@ -242,9 +289,11 @@ def run_plan(plan: JobPlan) -> JobResult:
             timing_prompts=plan.timing_prompts,
         )
         identity = job.description
+        from specsparse.jobs.reproduce import cost_profiles  # noqa: PLC0415
+
         record.update(
             model_identity=identity["model_identity"], code_version=identity["code_version"],
-            num_layers=job.num_layers,
+            num_layers=job.num_layers, cost_profile=cost_profiles(runner, plan.evaluation),
         )
         if plan.model.num_layers not in (None, job.num_layers):
             log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",
@@ -272,4 +321,4 @@ class JobTerminated(KeyboardInterrupt):
 
 
 def _write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str))
+    atomic_write_text(path, strict_json(data))

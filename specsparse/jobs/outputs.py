@@ -14,20 +14,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, write_config_map
+from specsparse.measuring.fidelity import fidelity_interval, fidelity_scores
+from specsparse.metrics import SCALE, metric_description
 from specsparse.search.base import SearchResult
 from specsparse.types import Candidate, Measurement
-from specsparse.util import atomic_write_text
+from specsparse.util import atomic_write_text, strict_json
 
 if TYPE_CHECKING:
+    from specsparse.data import Example
     from specsparse.jobs.job import JobResult
     from specsparse.measuring.evaluation import Evaluator
 
 log = logging.getLogger(__name__)
 
 
-def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
+def write_job_outputs(job: JobResult, calibration: Evaluator, test_examples: Sequence[Example] = ()) -> None:
     """config_map.{yaml,json} (with the trimmed head's token ids when searched), measurements.csv,
-    samples.jsonl (after a test evaluation), summary.json."""
+    samples.jsonl (after a test evaluation, on `test_examples`), summary.json (strict JSON)."""
     out = job.output_dir
     out.mkdir(parents=True, exist_ok=True)
     vocab_size = job.search_result.selected.vocab_size
@@ -43,10 +46,10 @@ def write_job_outputs(job: JobResult, calibration: Evaluator) -> None:
         model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
     )
     write_config_map(out / "config_map", config_map)
-    write_measurements_csv(out / "measurements.csv", job.search_result)
+    write_measurements_csv(out / "measurements.csv", job.search_result, job.metric)
     if job.test_dense is not None and job.test_selected is not None:
-        write_samples_jsonl(out / "samples.jsonl", job.test_dense, job.test_selected)
-    atomic_write_text(out / "summary.json", json.dumps(job.summary(), indent=2))
+        write_samples_jsonl(out / "samples.jsonl", test_examples, job.test_dense, job.test_selected)
+    atomic_write_text(out / "summary.json", strict_json(job.summary()))
 
 
 # -- the domain's config map entry --------------------------------------------------------------------------------------
@@ -60,14 +63,14 @@ def domain_config_from_result(
     m = result.selected_measurement
 
     def point(c, pm) -> OperatingPoint:
-        return OperatingPoint(c.skip_layers, pm.accept_length, pm.metric, pm.cost)
+        return OperatingPoint(c.skip_layers, pm.accept_length, pm.metric, pm.modeled_cost)
 
     cfg = DomainConfig(
         skip_layers=skip,
         accept_length=m.accept_length,
         metric=m.metric,
         sparsity=len(skip) / num_layers,
-        cost=m.cost,
+        modeled_cost=m.modeled_cost,
         flops_fraction=m.flops_fraction,
         draft_vocab_size=len(draft_vocab_ids) if draft_vocab_ids is not None else result.selected.vocab_size,
         dense=point(result.baseline, result.dense),
@@ -81,40 +84,62 @@ def domain_config_from_result(
 
 # -- measurements table ----------------------------------------------------------------------------
 MEASUREMENT_COLUMNS = (
-    "order", "label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric", "cost",
-    "flops_fraction", "tokens_per_s", "new_tokens", "target_forwards", "wall_time_s", "draft_time_s",
-    "early_stopped", "feasible", "pareto", "selected",
+    "order", "label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric_name", "metric",
+    "fidelity", "modeled_cost", "modeled_tokens_per_s", "modeled_verify_cost", "flops_fraction", "new_tokens",
+    "target_forwards", "early_stopped", "feasible", "pareto", "selected",
 )
 
 
-def write_measurements_csv(path: str | os.PathLike, result: SearchResult) -> Path:
+def write_measurements_csv(path: str | os.PathLike, result: SearchResult, metric: str | None = None) -> Path:
     """Every configuration the search measured, in measurement order, one CSV row each (atomic write).
-    skip_layers is a JSON list; feasible / pareto / selected flag the search's conclusions."""
+    skip_layers is a JSON list; metric is the domain's metric (`metric_name`) on the 0-100 scale,
+    empty where undefined; fidelity the replies' mean chrF against the dense replies (0-100);
+    modeled_* come from the cost profile (s/token, tokens/s, s/verification step); feasible /
+    pareto / selected flag the search's conclusions. No wall time: a batched pass measures many
+    configurations at once."""
     pareto = {c for c, _ in result.alternatives} | {result.selected}
     feasible = set(result.feasible)
+    description = metric_description(metric)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(MEASUREMENT_COLUMNS)
     for i, (c, m) in enumerate(result.history):
+        fidelity = fidelity_interval(result.dense, m)
         writer.writerow([
             i, c.label, json.dumps(list(c.skip_layers)), len(c.skip_layers),
-            "" if c.vocab_size is None else c.vocab_size, m.accept_length, "" if m.metric is None else m.metric,
-            m.cost, m.flops_fraction, m.tokens_per_s, m.new_tokens, m.target_forwards, m.wall_time_s,
-            m.draft_time_s, m.early_stopped, c in feasible, c in pareto, c == result.selected,
+            "" if c.vocab_size is None else c.vocab_size, m.accept_length,
+            "" if description is None else description["name"], "" if m.metric is None else SCALE * m.metric,
+            "" if fidelity is None else fidelity.point, m.modeled_cost, m.modeled_tokens_per_s,
+            m.modeled_verify_cost, m.flops_fraction, m.new_tokens, m.target_forwards, m.early_stopped,
+            c in feasible, c in pareto, c == result.selected,
         ])
     return atomic_write_text(path, buf.getvalue())
 
 
-def write_samples_jsonl(path: str | os.PathLike, dense: Measurement, selected: Measurement) -> Path:
+def write_samples_jsonl(
+    path: str | os.PathLike, examples: Sequence[Example], dense: Measurement, selected: Measurement
+) -> Path:
     """The test split prompt by prompt, dense vs the selection (the papers' per-sample examples, Fig. 5):
-    one JSON object per prompt with its metric (null without references), accept length (tokens per
-    verification step) and output text. JSON lines, since model outputs may hold any character."""
-    lines = [json.dumps({
-        "example_id": d.example_id, "metric_dense": d.metric, "metric_tss": s.metric,
-        "accept_dense": d.new_tokens / max(len(d.accept_lengths), 1),
-        "accept_tss": s.new_tokens / max(len(s.accept_lengths), 1),
-        "output_dense": d.output_text, "output_tss": s.output_text,
-    }) for d, s in zip(dense.per_prompt, selected.per_prompt, strict=True)]
+    one JSON object per prompt with the prompt (its user turns) and references, the metric of each
+    reply (0-100, null without references), the selection's fidelity to the dense reply (chrF,
+    0-100), accept length (tokens per verification step) and both replies. JSON lines, since model
+    outputs may hold any character."""
+    by_id = {ex.id: ex for ex in examples}
+    fidelity = fidelity_scores(dense, selected) or [None] * len(dense.per_prompt)
+    lines = []
+    for d, s, f in zip(dense.per_prompt, selected.per_prompt, fidelity, strict=True):
+        example = by_id.get(d.example_id)
+        lines.append(strict_json({
+            "example_id": d.example_id,
+            "prompt": None if example is None else list(example.turns),
+            "references": None if example is None else list(example.references),
+            "metric_dense": None if d.metric is None else SCALE * d.metric,
+            "metric_tss": None if s.metric is None else SCALE * s.metric,
+            "fidelity_tss": f,
+            "accept_dense": d.new_tokens / max(len(d.accept_lengths), 1),
+            "accept_tss": s.new_tokens / max(len(s.accept_lengths), 1),
+            "output_dense": d.output_text, "output_tss": s.output_text,
+        }, indent=None))
     return atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
@@ -136,14 +161,17 @@ def _with_interval(values: list[float] | None, digits: int = 3) -> str:
 
 def results_table(job: JobResult) -> str:
     """A small text table of the job: dense vs selected on calibration and test (95% intervals over
-    prompts), the side-by-side timing against plain decoding, and whether the selection held."""
+    prompts; the metric on 0-100, named), the side-by-side timing against plain decoding, and the
+    held-out verdict with each of its checks."""
     s = job.summary()
     skip = s["selected_skip_layers"]
     label = Candidate(tuple(skip), s["selected_vocab_size"]).label
+    metric = s["metric"]["name"] + " (0-100)" if s["metric"] else "metric"
     lines = [
         f"domain {s['domain']}, search {s['strategy']}: selected {label}"
         + (f" ({len(skip)} layers skipped)" if skip else ""),
-        f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{'metric [95% CI]':>24}{'modeled tok/s':>15}",
+        f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{metric + ' [95% CI]':>28}"
+        f"{'fidelity [95% CI]':>24}{'modeled tok/s':>15}",
     ]
     for split in ("calibration", "test"):
         intervals = s["intervals"][split] or {}
@@ -152,20 +180,23 @@ def results_table(job: JobResult) -> str:
             if m is None:
                 continue
             accept = _with_interval(intervals.get(f"accept_{which}"), 2)
-            metric = _with_interval(intervals.get(f"metric_{which}")) if m["metric"] is not None else "n/a"
-            lines.append(f"{split:<12}{which:<10}{accept:>24}{metric:>24}{_fmt(m['tokens_per_s'], 1):>15}")
-    timing = s.get("timing_test")
+            value = _with_interval(intervals.get(f"metric_{which}"), 1) if m["metric"] is not None else "n/a"
+            fidelity = "100.0" if which == "dense" else _with_interval(s["fidelity"][split], 1)
+            lines.append(f"{split:<12}{which:<10}{accept:>24}{value:>28}{fidelity:>24}"
+                         f"{_fmt(m['modeled_tokens_per_s'], 1):>15}")
+    timing = s.get("measured_timing_test")
     if timing is not None:
         rates = ", ".join(f"{name} {rate:.1f}" for name, rate in zip(timing["labels"], timing["tokens_per_s"]))
-        lines.append(f"test, timed side by side on {timing['prompts']} prompts (engine, tok/s): {rates}")
+        lines.append(f"test, timed side by side on {timing['prompts']} prompts (engine, measured tok/s): {rates}")
         for name in timing["labels"][1:]:
             lines.append(f"  {name} vs plain decoding: {_with_interval(timing['speedups'][f'{name}/plain'], 2)}x")
-        if s["speedup_test"] is not None:
+        if s["measured_speedup_test"] is not None:
             lines.append(f"  selected vs dense: {_with_interval(timing['speedups']['selected/dense'], 2)}x measured, "
-                         f"{_fmt(s['speedup_test_modeled'], 2)}x modeled")
+                         f"{_fmt(s['modeled_speedup_test'], 2)}x modeled")
     held = s["held_out"]
-    verdict = {"held": "HELD on the test split", "did not hold": "DID NOT HOLD on the test split"}.get(held["verdict"], held["verdict"])
-    lines.append(f"held-out verdict: {verdict}" + ("" if not held["reasons"] else f" ({'; '.join(held['reasons'])})"))
+    lines.append(f"held-out verdict: {held['verdict'].upper()}")
+    checks = held.get("checks") or {}
+    lines += [f"  {c['text']}" for c in checks.values()] or [f"  {reason}" for reason in held["reasons"]]
     c = s["search_cost"]
     lines.append(
         f"{c['configurations_measured']} configurations measured, "
@@ -174,3 +205,44 @@ def results_table(job: JobResult) -> str:
     for note in s["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+# -- reading summary.json files of earlier versions --------------------------------------------------------------------
+_EARLIER_KEYS = {
+    "speedup_test": "measured_speedup_test", "speedup_test_interval": "measured_speedup_test_interval",
+    "speedup_test_modeled": "modeled_speedup_test", "speedup_test_vs_plain": "measured_speedup_test_vs_plain",
+    "speedup_dense_vs_plain": "measured_speedup_dense_vs_plain",
+    "plain_tokens_per_s_test": "measured_plain_tokens_per_s_test", "timing_test": "measured_timing_test",
+}
+
+
+def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary.json written by an earlier version, in this version's form: measured and modeled
+    figures named so, metrics on 0-100 (earlier files held 0-1 and did not name the metric), the
+    verdict judged by the speedup's interval ("held" with an interval reaching 1 is inconclusive)."""
+    if "metric" in summary or "domain" not in summary:  # this version's, or not a job's summary
+        return summary
+    from specsparse.data.examples import DOMAINS  # noqa: PLC0415
+    from specsparse.jobs.store import EARLIER_NAMES  # noqa: PLC0415
+
+    s = {_EARLIER_KEYS.get(k, k): v for k, v in summary.items()}
+    domain = DOMAINS.get(s.get("domain"))
+    s["metric"] = metric_description(domain.metric) if domain is not None else None
+    for split in ("calibration", "test"):
+        for which, m in list((s.get(split) or {}).items()):
+            if m:
+                m = {EARLIER_NAMES.get(k, k): v for k, v in m.items()}
+                m["metric"] = None if m.get("metric") is None else SCALE * m["metric"]
+                s[split][which] = m
+        intervals = (s.get("intervals") or {}).get(split) or {}
+        for key in ("metric_dense", "metric_selected"):
+            if intervals.get(key):
+                intervals[key] = [SCALE * v for v in intervals[key]]
+    held = dict(s.get("held_out") or {})
+    interval = s.get("measured_speedup_test_interval")
+    if held.get("verdict") == "dense selected":
+        held["verdict"] = "dense kept"
+    elif held.get("verdict") == "held" and interval and interval[0] <= 1:
+        held["verdict"] = "inconclusive"
+    s["held_out"] = held
+    return s

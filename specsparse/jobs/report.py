@@ -44,12 +44,13 @@ from specsparse.jobs.figures import (
     plot_vocab_coverage,
 )
 from specsparse.jobs.mixed_stream import round_robin, run_mixed_stream
+from specsparse.jobs.outputs import upgrade_summary
 from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.intervals import mean_interval
 from specsparse.serving.controller import Controller
 from specsparse.serving.router import make_router, map_routing_prompts
 from specsparse.types import Component, GenerationConfig
-from specsparse.util import atomic_write_text
+from specsparse.util import atomic_write_text, first_line, strict_json
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +121,20 @@ def find_jobs(paths: Iterable[str | os.PathLike]) -> list[JobRecord]:
             raise ReportError(f"{p}: no such job folder or summary.json")
     records = []
     for file in dict.fromkeys(f.resolve() for f in files):
-        summary = json.loads(file.read_text())
-        if "domain" not in summary or "strategy" not in summary:
+        summary = _read_json(file)
+        if not isinstance(summary, dict) or "domain" not in summary or "strategy" not in summary:
             continue
         reproduce_file = file.parent / "reproduce.json"
-        reproduce = json.loads(reproduce_file.read_text()) if reproduce_file.is_file() else {}
-        records.append(JobRecord(summary, file.parent, reproduce))
+        reproduce = _read_json(reproduce_file) if reproduce_file.is_file() else {}
+        records.append(JobRecord(upgrade_summary(summary), file.parent, reproduce if isinstance(reproduce, dict) else {}))
     return sorted(records, key=lambda r: r.order)
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ReportError(f"{file}: unreadable ({first_line(err)}): rerun its job, or leave its folder out") from None
 
 
 def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
@@ -142,7 +150,7 @@ def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
         summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
         if "domain" not in summary or "strategy" not in summary:
             continue
-        summary = json.loads(json.dumps(summary, default=str))
+        summary = upgrade_summary(json.loads(strict_json(summary)))
         reproduce = {"model": summary.get("model"), "num_layers": summary.get("num_layers"),
                      "finished": str(run.created_at)}
         records.append(JobRecord(summary, None, reproduce, source=f"wandb:{run.path}"))
@@ -182,6 +190,10 @@ def tss_jobs(
 
 
 # -- tables ----------------------------------------------------------------------------------------
+# Every table is built as a full numeric frame (written as CSV: a 95% interval is two numeric columns
+# <name>_low / <name>_high) and shown in Markdown / LaTeX in a slim layout with the intervals in brackets.
+# Metrics are on 0-100 (`metric_name` says which); measured_* come from the engine, timed side by side
+# within one job, modeled_* from the cost profile.
 def _split_numbers(summary: dict[str, Any]) -> tuple[str, dict | None, dict | None]:
     test = summary.get("test") or {}
     if test.get("dense") and test.get("selected"):
@@ -197,110 +209,118 @@ def _get(m: dict | None, key: str) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def _ci(summary: dict[str, Any], split: str, key: str, digits: int = 3) -> str | None:
-    """The "low-high" text of a 95% interval in a summary's `intervals`, or None."""
-    values = ((summary.get("intervals") or {}).get(split) or {}).get(key)
-    return None if not values else f"{values[1]:.{digits}f}-{values[2]:.{digits}f}"
+def _with_bounds(name: str, values: Sequence[float] | None, point: float | None = None) -> dict[str, float | None]:
+    """{name: point, name_low: low, name_high: high} from [point, low, high] (or [low, high] and `point`)."""
+    if not values:
+        return {name: point, f"{name}_low": None, f"{name}_high": None}
+    if len(values) == 2:
+        return {name: point, f"{name}_low": values[0], f"{name}_high": values[1]}
+    return {name: values[0], f"{name}_low": values[1], f"{name}_high": values[2]}
+
+
+def _interval(summary: dict[str, Any], split: str, key: str) -> list[float] | None:
+    return ((summary.get("intervals") or {}).get(split) or {}).get(key)
+
+
+def _metric_name(summary: dict[str, Any]) -> str | None:
+    return (summary.get("metric") or {}).get("name")
 
 
 def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
-    """Per domain: native vs TSS accept length and metric with 95% intervals, plain decoding and the
-    measured speedups (TSS over native, and both over plain decoding) with intervals, the modeled
-    speedup, the skipped-layer ratio, and whether the selection held on the test split."""
+    """Per model, method (drafter) and domain: native vs TSS accept length and metric with 95%
+    intervals, the replies' fidelity to dense, plain decoding and the measured speedups (TSS over
+    native, and TSS over plain decoding) with intervals, the modeled speedup, the skipped layers and
+    the held-out verdict. `slim_table1` is the paper's layout of it."""
     rows = []
     for (model, method, domain), record in tss_jobs(records, strategy, ("model", "drafter", "domain")).items():
         s = record.summary
         split, dense, selected = _split_numbers(s)
         skip = s.get("selected_skip_layers") or []
         n = record.num_layers
-        measured = s.get("speedup_test") if split == "test" else None
-        interval = s.get("speedup_test_interval") if measured is not None else None
+        test = split == "test"
         modeled = None
-        if _get(dense, "tokens_per_s") and _get(selected, "tokens_per_s") is not None:
-            modeled = selected["tokens_per_s"] / dense["tokens_per_s"]
-        versus_plain = s.get("speedup_test_vs_plain") or s.get("speedup_dense_vs_plain")
+        if _get(dense, "modeled_tokens_per_s") and _get(selected, "modeled_tokens_per_s") is not None:
+            modeled = selected["modeled_tokens_per_s"] / dense["modeled_tokens_per_s"]
+        versus_plain = s.get("measured_speedup_test_vs_plain") or s.get("measured_speedup_dense_vs_plain")
         rows.append({
-            "model": model,
-            "method": method,
-            "domain": domain,
-            "strategy": record.strategy,
-            "split": split,
-            "accept_native": _get(dense, "accept_length"),
-            "accept_native_ci": _ci(s, split, "accept_dense", 2),
-            "accept_tss": _get(selected, "accept_length"),
-            "accept_tss_ci": _ci(s, split, "accept_selected", 2),
-            "metric_native": _get(dense, "metric"),
-            "metric_native_ci": _ci(s, split, "metric_dense"),
-            "metric_tss": _get(selected, "metric"),
-            "metric_tss_ci": _ci(s, split, "metric_selected"),
-            "plain_tokens_per_s": s.get("plain_tokens_per_s_test") if split == "test" else None,
-            "tokens_per_s_native": _measured_rate(s, "dense") if split == "test" else None,
-            "tokens_per_s_tss": _measured_rate(s, "selected", "dense") if split == "test" else None,
-            "speedup_vs_plain": None if not versus_plain or split != "test" else versus_plain[0],
-            "speedup_vs_plain_ci": None if not versus_plain or split != "test" else f"{versus_plain[1]:.2f}-{versus_plain[2]:.2f}",
-            "speedup": measured,
-            "speedup_ci": None if not interval else f"{interval[0]:.2f}-{interval[1]:.2f}",
+            "model": model, "method": method, "domain": domain, "strategy": record.strategy, "split": split,
+            **_with_bounds("accept_native", _interval(s, split, "accept_dense"), _get(dense, "accept_length")),
+            **_with_bounds("accept_tss", _interval(s, split, "accept_selected"), _get(selected, "accept_length")),
+            "metric_name": _metric_name(s),
+            **_with_bounds("metric_native", _interval(s, split, "metric_dense"), _get(dense, "metric")),
+            **_with_bounds("metric_tss", _interval(s, split, "metric_selected"), _get(selected, "metric")),
+            **_with_bounds("fidelity_tss", (s.get("fidelity") or {}).get(split)),
+            "measured_plain_tokens_per_s": s.get("measured_plain_tokens_per_s_test") if test else None,
+            "measured_tokens_per_s_native": _measured_rate(s, "dense") if test else None,
+            "measured_tokens_per_s_tss": _measured_rate(s, "selected", "dense") if test else None,
+            **_with_bounds("measured_speedup_vs_plain", versus_plain if test else None),
+            **_with_bounds("measured_speedup", s.get("measured_speedup_test_interval") if test else None,
+                           s.get("measured_speedup_test") if test else None),
             "modeled_speedup": modeled,
             "skipped_layers": json.dumps(skip),
             "skipped_ratio": (len(skip) / n) if n else None,
-            "held_out": (s.get("held_out") or {}).get("verdict"),
+            "verdict": (s.get("held_out") or {}).get("verdict"),
         })
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
 
 
-TABLE1_COLUMNS = ["model", "method", "domain", "strategy", "split", "accept_native", "accept_native_ci",
-                  "accept_tss", "accept_tss_ci", "metric_native", "metric_native_ci", "metric_tss", "metric_tss_ci",
-                  "plain_tokens_per_s", "tokens_per_s_native", "tokens_per_s_tss", "speedup_vs_plain",
-                  "speedup_vs_plain_ci", "speedup", "speedup_ci", "modeled_speedup", "skipped_layers", "skipped_ratio",
-                  "held_out"]
-TABLE2_COLUMNS = ["model", "method", "domain", "strategy", "split", "selected_skip_layers", "accept", "accept_ci",
-                  "metric", "metric_ci", "tokens_per_s", "speedup", "speedup_ci", "speedup_vs_plain", "held_out",
-                  "cost_ms_per_token", "configurations", "new_measurements", "search_wall_time_s"]
+def _bounded(name: str) -> list[str]:
+    return [name, f"{name}_low", f"{name}_high"]
+
+
+TABLE1_COLUMNS = ["model", "method", "domain", "strategy", "split", *_bounded("accept_native"), *_bounded("accept_tss"),
+                  "metric_name", *_bounded("metric_native"), *_bounded("metric_tss"), *_bounded("fidelity_tss"),
+                  "measured_plain_tokens_per_s", "measured_tokens_per_s_native", "measured_tokens_per_s_tss",
+                  *_bounded("measured_speedup_vs_plain"), *_bounded("measured_speedup"), "modeled_speedup",
+                  "skipped_layers", "skipped_ratio", "verdict"]
+TABLE2_COLUMNS = ["model", "method", "domain", "strategy", "split", "selected_skip_layers", *_bounded("accept"),
+                  "metric_name", *_bounded("metric"), *_bounded("fidelity"), "measured_tokens_per_s",
+                  *_bounded("measured_speedup"), "measured_speedup_vs_plain", "verdict", "modeled_ms_per_token",
+                  "configurations", "new_measurements", "search_wall_time_s"]
 
 
 def _measured_rate(summary: dict[str, Any], label: str, fallback: str | None = None) -> float | None:
     """Engine tokens/s of `label` in the job's side-by-side timing (`fallback` when the job timed no
     such configuration: a dense pick is timed as "dense")."""
-    timing = summary.get("timing_test") or {}
+    timing = summary.get("measured_timing_test") or {}
     rates = dict(zip(timing.get("labels", ()), timing.get("tokens_per_s", ())))
     return rates.get(label, rates.get(fallback) if fallback else None)
 
 
 def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
-    """Per domain and strategy: selected skip set, A, M, cost, configurations measured, search time.
+    """Per domain and strategy: selected skip set, A, M and fidelity with intervals, the measured
+    speedup over dense, modeled cost, configurations measured, search time.
 
     configurations: configurations the search evaluated (new measurements plus store hits);
     new_measurements and search_wall_time_s count only the job's own run.
-    tokens_per_s: the pick's engine throughput in its own job's side-by-side timing; rows come from
-    different runs, so compare `speedup` (the pick over dense, timed in the same run) across rows.
+    measured_tokens_per_s: the pick's engine throughput in its own job's side-by-side timing; rows
+    come from different runs, so compare `measured_speedup` (the pick over dense, timed in the same
+    run) across rows.
     """
     rows = []
     groups = latest(records, "model", "drafter", "domain", "strategy")
     for (model, method, domain, strategy), record in sorted(groups.items(), key=lambda i: tuple(map(str, i[0]))):
         s = record.summary
         split, _, selected = _split_numbers(s)
+        test = split == "test"
         cost = s["search_cost"]
         label = json.dumps(s.get("selected_skip_layers") or [])
         if s.get("selected_vocab_size") is not None:
             label += f" vocab={s['selected_vocab_size']}"
+        modeled_cost = _get(selected, "modeled_cost")
         rows.append({
-            "model": model,
-            "method": method,
-            "domain": domain,
-            "strategy": strategy,
-            "split": split,
+            "model": model, "method": method, "domain": domain, "strategy": strategy, "split": split,
             "selected_skip_layers": label,
-            "accept": _get(selected, "accept_length"),
-            "accept_ci": _ci(s, split, "accept_selected", 2),
-            "metric": _get(selected, "metric"),
-            "metric_ci": _ci(s, split, "metric_selected"),
-            "tokens_per_s": _measured_rate(s, "selected", "dense") if split == "test" else None,
-            "speedup": s.get("speedup_test") if split == "test" else None,
-            "speedup_ci": None if not s.get("speedup_test_interval") or split != "test"
-            else "{:.2f}-{:.2f}".format(*s["speedup_test_interval"]),
-            "speedup_vs_plain": (s.get("speedup_test_vs_plain") or [None])[0] if split == "test" else None,
-            "held_out": (s.get("held_out") or {}).get("verdict"),
-            "cost_ms_per_token": None if _get(selected, "cost") is None else 1000 * selected["cost"],
+            **_with_bounds("accept", _interval(s, split, "accept_selected"), _get(selected, "accept_length")),
+            "metric_name": _metric_name(s),
+            **_with_bounds("metric", _interval(s, split, "metric_selected"), _get(selected, "metric")),
+            **_with_bounds("fidelity", (s.get("fidelity") or {}).get(split)),
+            "measured_tokens_per_s": _measured_rate(s, "selected", "dense") if test else None,
+            **_with_bounds("measured_speedup", s.get("measured_speedup_test_interval") if test else None,
+                           s.get("measured_speedup_test") if test else None),
+            "measured_speedup_vs_plain": (s.get("measured_speedup_test_vs_plain") or [None])[0] if test else None,
+            "verdict": (s.get("held_out") or {}).get("verdict"),
+            "modeled_ms_per_token": None if modeled_cost is None else 1000 * modeled_cost,
             "configurations": cost["configurations_measured"] + cost.get("cache_hits", 0),
             "new_measurements": cost["configurations_measured"],
             "search_wall_time_s": cost.get("wall_time_s"),
@@ -309,20 +329,21 @@ def table2(records: Sequence[JobRecord]) -> pd.DataFrame:
 
 
 VOCAB_COLUMNS = ["model", "method", "domain", "corpus", "in_domain", "k", "coverage", "split", "accept_full",
-                 "accept_trimmed", "modeled_tokens_per_s_full", "modeled_tokens_per_s_trimmed", "speedup",
-                 "speedup_ci", "speedup_vs_plain"]
+                 "accept_trimmed", "modeled_tokens_per_s_full", "modeled_tokens_per_s_trimmed",
+                 *_bounded("measured_speedup"), "measured_speedup_vs_plain"]
 
 
 def table_vocab(records: Sequence[JobRecord]) -> pd.DataFrame:
     """Vocabulary trimming per domain (the vocabulary paper's in- vs out-of-domain comparison): the
     kept ids come from the job's corpus; the job's domain is in domain when the corpus holds its
     texts. Accept length and modeled tokens/s of the full and the trimmed head on the test split;
-    speedup: trimmed over full, timed side by side in the job."""
+    measured_speedup: trimmed over full, timed side by side in the job."""
     rows = []
     groups = latest([r for r in records if r.summary.get("vocab_corpus")], "model", "drafter", "domain")
     for (model, method, domain), record in sorted(groups.items(), key=lambda i: tuple(map(str, i[0]))):
         s = record.summary
         split, full, trimmed = _split_numbers(s)
+        test = split == "test"
         corpus = s["vocab_corpus"]
         rows.append({
             "model": model, "method": method, "domain": domain,
@@ -330,31 +351,83 @@ def table_vocab(records: Sequence[JobRecord]) -> pd.DataFrame:
             "in_domain": {True: "in domain", False: "out of domain", None: "unknown"}[corpus["in_domain"]],
             "k": s.get("selected_vocab_size"), "coverage": (s.get("info") or {}).get("coverage"), "split": split,
             "accept_full": _get(full, "accept_length"), "accept_trimmed": _get(trimmed, "accept_length"),
-            "modeled_tokens_per_s_full": _get(full, "tokens_per_s"),
-            "modeled_tokens_per_s_trimmed": _get(trimmed, "tokens_per_s"),
-            "speedup": s.get("speedup_test") if split == "test" else None,
-            "speedup_ci": None if not s.get("speedup_test_interval") or split != "test"
-            else "{:.2f}-{:.2f}".format(*s["speedup_test_interval"]),
-            "speedup_vs_plain": (s.get("speedup_test_vs_plain") or [None])[0] if split == "test" else None,
+            "modeled_tokens_per_s_full": _get(full, "modeled_tokens_per_s"),
+            "modeled_tokens_per_s_trimmed": _get(trimmed, "modeled_tokens_per_s"),
+            **_with_bounds("measured_speedup", s.get("measured_speedup_test_interval") if test else None,
+                           s.get("measured_speedup_test") if test else None),
+            "measured_speedup_vs_plain": (s.get("measured_speedup_test_vs_plain") or [None])[0] if test else None,
         })
     return pd.DataFrame(rows, columns=VOCAB_COLUMNS)
 
 
+def _cell(row: pd.Series, name: str, digits: int, suffix: str = "") -> str:
+    """"point [low-high]" of a bounded column (just the point without bounds; "n/a" without it)."""
+    point, low, high = (row.get(c) for c in _bounded(name))
+    if point is None or pd.isna(point):
+        return NA
+    text = f"{point:.{digits}f}{suffix}"
+    if low is not None and high is not None and not (pd.isna(low) or pd.isna(high)):
+        text += f" [{low:.{digits}f}-{high:.{digits}f}]"
+    return text
+
+
+def _pair(native: str, tss: str) -> str:
+    return native if native == tss == NA else f"{native} -> {tss}"
+
+
+def slim_table1(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 in the paper's layout: per domain, native -> TSS accept length, metric (0-100, named)
+    and measured tokens/s, the measured speedup with its 95% interval, the share of layers skipped and
+    the held-out verdict (intervals of A and M are in the CSV)."""
+    rows = []
+    for _, r in frame.iterrows():
+        metric = _pair(format_cell("metric", r["metric_native"]), format_cell("metric", r["metric_tss"]))
+        rows.append({
+            "model": r["model"], "method": r["method"], "domain": r["domain"],
+            "A": _pair(format_cell("accept", r["accept_native"]), format_cell("accept", r["accept_tss"])),
+            "metric (0-100)": metric if pd.isna(r["metric_name"]) or r["metric_name"] is None
+            else f"{r['metric_name']} {metric}",
+            "measured tok/s": _pair(format_cell("measured_tokens_per_s", r["measured_tokens_per_s_native"]),
+                                    format_cell("measured_tokens_per_s", r["measured_tokens_per_s_tss"])),
+            "measured speedup [95% CI]": _cell(r, "measured_speedup", 2, "x"),
+            "skipped": format_cell("skipped_ratio", r["skipped_ratio"]),
+            "verdict": r["verdict"] if isinstance(r["verdict"], str) else NA,
+        })
+    return pd.DataFrame(rows, columns=["model", "method", "domain", "A", "metric (0-100)", "measured tok/s",
+                                       "measured speedup [95% CI]", "skipped", "verdict"])
+
+
+def slim_table2(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table 2's readable view: per domain and strategy, the pick, A, M and the measured speedup with
+    95% intervals, the verdict and the configurations measured."""
+    rows = []
+    for _, r in frame.iterrows():
+        metric = _cell(r, "metric", 1)
+        rows.append({
+            "model": r["model"], "domain": r["domain"], "strategy": r["strategy"], "pick": r["selected_skip_layers"],
+            "A [95% CI]": _cell(r, "accept", 2),
+            "metric (0-100) [95% CI]": metric if metric == NA or not isinstance(r["metric_name"], str)
+            else f"{r['metric_name']} {metric}",
+            "measured speedup [95% CI]": _cell(r, "measured_speedup", 2, "x"),
+            "verdict": r["verdict"] if isinstance(r["verdict"], str) else NA,
+            "configurations": r["configurations"],
+        })
+    return pd.DataFrame(rows, columns=["model", "domain", "strategy", "pick", "A [95% CI]", "metric (0-100) [95% CI]",
+                                       "measured speedup [95% CI]", "verdict", "configurations"])
+
+
 # -- formatting ------------------------------------------------------------------------------------
-DIGITS = {"tokens_per_s": 1, "tokens_per_s_native": 1, "tokens_per_s_tss": 1, "speedup": 2, "modeled_speedup": 2,
-          "speedup_vs_plain": 2, "plain_tokens_per_s": 1, "skipped_ratio": 3, "modeled_tokens_per_s_native": 1,
-          "modeled_tokens_per_s_tss": 1, "cost_ms_per_token": 2, "search_wall_time_s": 1,
-          "modeled_tokens_per_s_full": 1, "modeled_tokens_per_s_trimmed": 1, "accept_full": 2, "accept_trimmed": 2,
-          "coverage": 3}
+DIGITS = (("accept", 2), ("speedup", 2), ("metric", 1), ("fidelity", 1), ("tokens_per_s", 1), ("ms_per_token", 2),
+          ("wall_time", 1))  # by the first of these a column's name contains; 3 otherwise
 
 
 def format_cell(column: str, value: Any) -> str:
-    """Text of one cell: None / NaN -> "n/a" (never 0), floats rounded per column."""
+    """Text of one cell: None / NaN -> "n/a" (never 0), floats rounded per column, speedups with "x"."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NA
     if isinstance(value, float):
-        text = f"{value:.{DIGITS.get(column, 3)}f}"
-        return text + "x" if column in ("speedup", "modeled_speedup") else text
+        digits = next((d for key, d in DIGITS if key in column), 3)
+        return f"{value:.{digits}f}" + ("x" if "speedup" in column else "")
     return str(value)
 
 
@@ -390,14 +463,17 @@ def to_latex(frame: pd.DataFrame, caption: str = "") -> str:
 
 
 def to_csv(frame: pd.DataFrame) -> str:
-    return frame.astype(object).where(frame.notna(), NA).to_csv(index=False)
+    """Numbers as numbers, an empty cell where a value does not exist."""
+    return frame.to_csv(index=False)
 
 
-def write_table(frame: pd.DataFrame, base: Path, caption: str = "") -> list[Path]:
-    """<base>.md, <base>.tex and <base>.csv."""
+def write_table(frame: pd.DataFrame, base: Path, caption: str = "", view: pd.DataFrame | None = None) -> list[Path]:
+    """<base>.csv (the full numeric frame) and <base>.md, <base>.tex (`view`, a readable layout of it,
+    or the frame itself)."""
+    shown = frame if view is None else view
     return [
-        atomic_write_text(base.with_suffix(".md"), to_markdown(frame)),
-        atomic_write_text(base.with_suffix(".tex"), to_latex(frame, caption)),
+        atomic_write_text(base.with_suffix(".md"), to_markdown(shown)),
+        atomic_write_text(base.with_suffix(".tex"), to_latex(shown, caption)),
         atomic_write_text(base.with_suffix(".csv"), to_csv(frame)),
     ]
 
@@ -464,13 +540,13 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
                             make_router("tfidf").fit(map_routing_prompts(merged)))
     stream = round_robin(mapped_test_splits(records, merged, strategy), per_domain)
     result = run_mixed_stream(controller, stream, GenerationConfig(**spec["generation"]), progress)
-    point, low, high = result.timing.speedup("controller", "dense")
     return {
         "model": jobs[0].model, "method": jobs[0].drafter, "domain": "mixed stream", "strategy": "controller",
         "split": "test", "accept_native": result.accept_dense, "accept_tss": result.accept_controller,
-        "tokens_per_s_native": result.timing.tokens_per_s[0], "tokens_per_s_tss": result.timing.tokens_per_s[1],
-        "speedup": point, "speedup_ci": f"{low:.2f}-{high:.2f}",
-        "held_out": f"{result.requests} requests, routed right {result.routed_right}, ran sparse {result.ran_sparse}",
+        "measured_tokens_per_s_native": result.timing.tokens_per_s[0],
+        "measured_tokens_per_s_tss": result.timing.tokens_per_s[1],
+        **_with_bounds("measured_speedup", result.timing.speedup("controller", "dense")),
+        "verdict": f"{result.requests} requests, routed right {result.routed_right}, ran sparse {result.ran_sparse}",
     }
 
 
@@ -502,11 +578,13 @@ def build_report(
     if mixed_stream:
         row = mixed_stream_row(records, merged_config_map(records, strategy), mixed_stream, strategy, progress)
         t1 = pd.concat([t1, pd.DataFrame([row], columns=TABLE1_COLUMNS)], ignore_index=True)
-    written["table1"] = write_table(t1, out / "table1", "Native vs TSS per domain (held-out test split)")
-    written["table2"] = write_table(t2, out / "table2", "Search strategies per domain")
-    sections = ["# specsparse report", "", f"{len(records)} job(s).", "",
-                "## Table 1: native vs TSS per domain", "", to_markdown(t1),
-                "## Table 2: search strategies per domain", "", to_markdown(t2)]
+    written["table1"] = write_table(t1, out / "table1", "Native vs TSS per domain (held-out test split)", slim_table1(t1))
+    written["table2"] = write_table(t2, out / "table2", "Search strategies per domain", slim_table2(t2))
+    sections = ["# specsparse report", "", f"{len(records)} job(s). Metrics on 0-100; measured figures timed side "
+                "by side within each job, modeled ones from the cost profile; table1.csv and table2.csv hold every "
+                "column with its 95% interval (_low, _high).", "",
+                "## Table 1: native vs TSS per domain", "", to_markdown(slim_table1(t1)),
+                "## Table 2: search strategies per domain", "", to_markdown(slim_table2(t2))]
     vocab = table_vocab(records)
     if not vocab.empty:
         written["table_vocab"] = write_table(vocab, out / "table_vocab", "Draft vocabulary trimming, in and out of domain")

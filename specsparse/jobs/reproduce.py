@@ -1,10 +1,11 @@
 """What reproduces a job: the record written to reproduce.json (command, composed config, seeds,
-package versions, git commit, data and model identity)."""
+package versions, git commit, data and model identity, the cost profiles that priced it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import platform
 import socket
 import subprocess
@@ -16,10 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsparse import __version__
-from specsparse.util import utc_now
+from specsparse.util import content_hash, utc_now
 
 if TYPE_CHECKING:
     from specsparse.jobs.config import JobPlan
+    from specsparse.jobs.runners import Runner
+    from specsparse.measuring.evaluation import EvaluationSpec
+
+log = logging.getLogger(__name__)
 
 PACKAGES = (
     "specsparse", "torch", "transformers", "tokenizers", "numpy", "hydra-core", "omegaconf", "ray", "wandb",
@@ -105,3 +110,21 @@ def data_fingerprint(calibration: Sequence[Any], test: Sequence[Any]) -> dict[st
         "n_test": len(test),
     }
 
+
+def cost_profiles(runner: Runner, spec: EvaluationSpec) -> list[dict[str, Any]]:
+    """Records (`specsparse.measuring.profile.profile_record`) of every cost profile that priced the
+    search on `spec`'s calibration split: the ones a runner priced with where it measured (Ray
+    workers, `profile_records`) and this process's where it priced (the local runner, store hits).
+    One, unless workers on other hardware priced without a pinned profile (then a warning)."""
+    from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415 - loads torch
+    from specsparse.measuring.profile import profile_record  # noqa: PLC0415
+
+    records = list(getattr(runner, "profile_records", list)())
+    calibration = evaluator_for(spec.with_split("calibration"))
+    if "profile" in vars(calibration) or not records:  # a cached_property: set once it priced here
+        records.append(profile_record(calibration.profile))
+    unique = list({content_hash(r): r for r in records}.values())
+    if len(unique) > 1:
+        log.warning("%d different cost profiles priced this search (workers on other hardware): pin one with "
+                    "cost.profile=PATH so every configuration is priced alike", len(unique))
+    return unique

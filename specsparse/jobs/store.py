@@ -52,10 +52,15 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     return dataclasses.asdict(m)
 
 
+# Rows stored before modeled figures were named so (their values are re-priced when served anyway).
+EARLIER_NAMES = {"cost": "modeled_cost", "tokens_per_s": "modeled_tokens_per_s", "verify_cost": "modeled_verify_cost"}
+
+
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
     """Inverse of `measurement_to_dict`; unknown keys (from newer versions) are ignored."""
     names = {f.name for f in dataclasses.fields(Measurement)}
     prompt_names = {f.name for f in dataclasses.fields(PromptResult)}
+    d = {EARLIER_NAMES.get(k, k): v for k, v in d.items()}
     kwargs = {k: v for k, v in d.items() if k in names and k != "per_prompt"}
     if "chunk_counts" in kwargs:
         kwargs["chunk_counts"] = tuple(kwargs["chunk_counts"])

@@ -29,13 +29,13 @@ FAILED: list[str] = []  # "<job folder>: <error line>"
 
 NA = "n/a"
 COLUMNS = ("job", "domain", "search", "skip_layers", "accept_dense", "accept_selected", "metric", "metric_dense",
-           "metric_selected", "speedup", "speedup_low", "speedup_high", "verdict", "error")
+           "metric_selected", "measured_speedup", "measured_speedup_low", "measured_speedup_high", "verdict", "error")
 
 
 def sweep_rows(sweep_dir: str | Path, failed: Iterable[str] = ()) -> list[dict[str, Any]]:
     """One row (COLUMNS) per job folder under `sweep_dir` (one with a summary.json or reproduce.json),
     plus one per failed job (`failed`: FAILED's "<job folder>: <error line>") whose folder is gone. Test
-    split numbers; speedup is the measured selected/dense with its 95% interval. Keys a summary lacks
+    split numbers; measured_speedup is the selected/dense with its 95% interval. Keys a summary lacks
     (older files) are None, the metric name "n/a"."""
     sweep = Path(sweep_dir)
     errors = {}
@@ -50,12 +50,14 @@ def sweep_rows(sweep_dir: str | Path, failed: Iterable[str] = ()) -> list[dict[s
 
 
 def _row(job: str, folder: Path | None, error: str | None) -> dict[str, Any]:
-    summary = _read_json(folder / "summary.json") if folder else {}
+    from specsparse.jobs.outputs import upgrade_summary  # noqa: PLC0415 - only when the sweep ends
+
+    summary = upgrade_summary(_read_json(folder / "summary.json")) if folder else {}
     reproduce = _read_json(folder / "reproduce.json") if folder else {}
     test = summary.get("test") or {}
     dense, selected = test.get("dense") or {}, test.get("selected") or {}
     metric = summary.get("metric")
-    low, high = (summary.get("speedup_test_interval") or [None, None])[:2]
+    low, high = (summary.get("measured_speedup_test_interval") or [None, None])[:2]
     if error is not None:
         verdict = "failed"
     elif summary:
@@ -72,9 +74,9 @@ def _row(job: str, folder: Path | None, error: str | None) -> dict[str, Any]:
         "metric": (metric.get("name") if isinstance(metric, dict) else None) or NA,
         "metric_dense": dense.get("metric"),
         "metric_selected": selected.get("metric"),
-        "speedup": summary.get("speedup_test"),
-        "speedup_low": low,
-        "speedup_high": high,
+        "measured_speedup": summary.get("measured_speedup_test"),
+        "measured_speedup_low": low,
+        "measured_speedup_high": high,
         "verdict": verdict,
         "error": error or "",
     }
@@ -98,18 +100,18 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     def num(value: Any, digits: int) -> str:
         return NA if value is None else f"{value:.{digits}f}"
 
-    header = ["job", "domain", "search", "skip set", "A dense", "A selected", "metric", "M dense", "M selected",
-              "speedup [95% CI]", "verdict"]
+    header = ["job", "domain", "search", "skip set", "A dense", "A selected", "metric (0-100)", "M dense", "M selected",
+              "measured speedup [95% CI]", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        speedup = num(r["speedup"], 2)
-        if r["speedup_low"] is not None and r["speedup_high"] is not None:
-            speedup += f" [{r['speedup_low']:.2f}-{r['speedup_high']:.2f}]"
+        speedup = num(r["measured_speedup"], 2)
+        if r["measured_speedup_low"] is not None and r["measured_speedup_high"] is not None:
+            speedup += f" [{r['measured_speedup_low']:.2f}-{r['measured_speedup_high']:.2f}]"
         verdict = f"{r['verdict']}: {r['error']}" if r["error"] else r["verdict"]
         cells = [r["job"], r["domain"] or NA, r["search"] or NA,
                  NA if r["skip_layers"] is None else str(r["skip_layers"]),
                  num(r["accept_dense"], 2), num(r["accept_selected"], 2), r["metric"],
-                 num(r["metric_dense"], 3), num(r["metric_selected"], 3), speedup, verdict]
+                 num(r["metric_dense"], 1), num(r["metric_selected"], 1), speedup, verdict]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

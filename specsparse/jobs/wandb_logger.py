@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from specsparse.metrics import SCALE
 from specsparse.types import Candidate, Measurement
-from specsparse.util import first_line
+from specsparse.util import first_line, strict_json
 
 log = logging.getLogger(__name__)
 
@@ -211,15 +212,15 @@ class WandbLogger:
         data: dict[str, Any] = {
             "measurement/index": self._count,
             "measurement/accept_length": m.accept_length,
-            "measurement/cost": m.cost,  # modeled s/token (cost profile)
+            "measurement/modeled_cost": m.modeled_cost,  # s/token (cost profile)
             "measurement/flops_fraction": m.flops_fraction,
-            "measurement/modeled_tokens_per_s": m.tokens_per_s,
+            "measurement/modeled_tokens_per_s": m.modeled_tokens_per_s,
             "measurement/num_skipped": len(candidate.skip_layers),
             "measurement/cached": int(cached),
             "measurement/early_stopped": int(m.early_stopped),
         }
         if m.metric is not None:
-            data["measurement/metric"] = m.metric
+            data["measurement/metric"] = SCALE * m.metric  # 0-100, as every output
         if candidate.vocab_size is not None:
             data["measurement/vocab_size"] = candidate.vocab_size
         self._safe(self.run.log, data)
@@ -240,8 +241,9 @@ class WandbLogger:
         frame = read_measurements(out / "measurements.csv")
         payload: dict[str, Any] = {}
         if frame is not None:
-            columns = ["label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric", "cost",
-                       "flops_fraction", "tokens_per_s", "early_stopped", "feasible", "pareto", "selected"]
+            columns = ["label", "skip_layers", "num_skipped", "vocab_size", "accept_length", "metric_name", "metric",
+                       "fidelity", "modeled_cost", "modeled_tokens_per_s", "flops_fraction", "early_stopped",
+                       "feasible", "pareto", "selected"]
             rows = frame[columns].astype(object).where(frame[columns].notna(), None).values.tolist()
             payload["measurements"] = wandb.Table(columns=columns, data=rows)
             front = [r for r in rows if r[columns.index("pareto")]]
@@ -262,7 +264,7 @@ class WandbLogger:
                 self.run.log_artifact(artifact)
 
             self._safe(log_artifact)
-        self._safe(self.run.summary.update, json.loads(json.dumps(summary, default=str)))
+        self._safe(self.run.summary.update, json.loads(strict_json(summary)))
 
     def _safe(self, fn: Any, *args: Any) -> None:
         try:

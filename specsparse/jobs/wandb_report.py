@@ -60,7 +60,7 @@ def report_definition(
                  {"type": "MediaBrowser", "media_keys": ["pareto_plot"]},
                  {"type": "WeavePanelSummaryTable", "table_name": "measurements"},
                  {"type": "ScatterPlot", "title": "accept length (test) vs measured speedup",
-                  "x": "test.selected.accept_length", "y": "speedup_test"},
+                  "x": "test.selected.accept_length", "y": "measured_speedup_test"},
              ]},
         ]
     return {"entity": entity, "project": project, "title": title[:128], "description": description, "blocks": blocks}

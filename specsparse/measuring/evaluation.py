@@ -24,7 +24,7 @@ from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.models import LoadedModel, load_model_cached
 from specsparse.drafters.base import Drafter
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
-from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, price, profile_for
+from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, pinned_profile, price, profile_for
 from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import checkpoint_sha256, content_hash, file_sha256
@@ -78,6 +78,9 @@ class EvaluationSpec:
     measure: MeasureSpec = MeasureSpec()
     # Token frequencies of a trimmed draft vocabulary (`specsparse.data.corpus`; files as absolute paths).
     vocab_corpus: tuple[str, ...] = ("dense_outputs", "builtin")
+    # A pinned cost profile file (`cost.profile`; None: this machine's). It prices the counts, which it
+    # cannot change, so store keys leave it out and a store hit is priced again with it.
+    cost_profile: str | None = None
 
     def with_split(self, split: str) -> EvaluationSpec:
         return replace(self, split=split)
@@ -120,6 +123,7 @@ class Evaluator:
         """Everything that affects a measurement, as JSON-able data (the store meta and key base)."""
         spec = asdict(self.spec)
         spec["measure"].pop("batch_size")
+        spec.pop("cost_profile")  # prices, never changes, a measurement (see EvaluationSpec)
         spec["model_identity"] = self.target.identity
         spec["example_ids"] = [ex.id for ex in self.examples]
         spec["vocab_corpus_files"] = {  # a corpus file edited in place measures anew
@@ -176,6 +180,9 @@ class Evaluator:
 
     @functools.cached_property
     def profile(self) -> CostProfile:
+        """The pinned profile (`spec.cost_profile`) when there is one, else this machine's."""
+        if self.spec.cost_profile is not None:
+            return pinned_profile(self.spec.cost_profile, self.target.model)
         return profile_for(self.target.model)
 
     @functools.cached_property

@@ -235,9 +235,9 @@ def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_tim
     return Measurement(
         accept_length=sum(r.new_tokens for r in results) / max(steps, 1),
         metric=None if metric is None else metric["score"],
-        cost=0.0,
+        modeled_cost=0.0,
         flops_fraction=layer_flops_fraction(target, skip),
-        tokens_per_s=0.0,
+        modeled_tokens_per_s=0.0,
         new_tokens=sum(r.new_tokens for r in results),
         target_forwards=steps,
         wall_time_s=wall_time,

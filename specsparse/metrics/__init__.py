@@ -1,4 +1,5 @@
-"""Task metrics, computed by local `evaluate` modules (no Hub access), all on a 0-1 scale.
+"""Task metrics, computed by local `evaluate` modules (no Hub access), all on a 0-1 scale inside the
+library; what a job writes and prints is on the 0-100 scale of sacreBLEU and the papers (`SCALE`).
 
     >>> score("squad", ["Paris"], [["Paris", "paris, France"]])
     {'exact_match': 1.0, 'f1': 1.0, 'score': 1.0}
@@ -25,10 +26,12 @@ MODULES_DIR = Path(__file__).resolve().parent / "modules"
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A local evaluate module (file under metrics/modules/) and the key of its headline value."""
+    """A local evaluate module (file under metrics/modules/), the key of its headline value and the
+    name tables show for it."""
 
     module: str
     headline: str
+    label: str
 
     @property
     def path(self) -> Path:
@@ -36,13 +39,23 @@ class MetricSpec:
 
 
 METRICS: dict[str, MetricSpec] = {
-    "sacrebleu": MetricSpec("sacrebleu_local.py", "bleu"),
-    "rouge": MetricSpec("rouge_local.py", "rougeL"),
-    "squad": MetricSpec("squad_local.py", "f1"),
-    "answer_in_list": MetricSpec("answer_in_list.py", "accuracy"),
-    "numeric_match": MetricSpec("numeric_match.py", "accuracy"),
-    "choice_accuracy": MetricSpec("choice_accuracy.py", "accuracy"),
+    "sacrebleu": MetricSpec("sacrebleu_local.py", "bleu", "BLEU"),
+    "rouge": MetricSpec("rouge_local.py", "rougeL", "ROUGE-L"),
+    "squad": MetricSpec("squad_local.py", "f1", "F1"),
+    "answer_in_list": MetricSpec("answer_in_list.py", "accuracy", "answer accuracy"),
+    "numeric_match": MetricSpec("numeric_match.py", "accuracy", "numeric accuracy"),
+    "choice_accuracy": MetricSpec("choice_accuracy.py", "accuracy", "choice accuracy"),
 }
+SCALE = 100.0  # outputs show metrics as 0-100
+
+
+def metric_description(name: str | None) -> dict[str, str] | None:
+    """What a job's files say of its metric: {"name": "ROUGE-L", "module": "rouge", "key": "rougeL",
+    "scale": "0-100"}; None for a domain without one."""
+    if name is None:
+        return None
+    spec = get_metric_spec(name)
+    return {"name": spec.label, "module": name, "key": spec.headline, "scale": f"0-{SCALE:g}"}
 
 
 def get_metric_spec(name: str) -> MetricSpec:
@@ -92,4 +105,4 @@ def score(
     return result
 
 
-__all__ = ["METRICS", "MetricSpec", "get_metric_spec", "load_metric", "score"]
+__all__ = ["METRICS", "SCALE", "MetricSpec", "get_metric_spec", "load_metric", "metric_description", "score"]

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from specsparse.measuring.fidelity import NAME as FIDELITY
+from specsparse.measuring.fidelity import fidelity_interval
 from specsparse.measuring.intervals import metric_interval, paired_ratios
 from specsparse.search.pareto import (
     SELECTION_RULES,
@@ -25,11 +27,13 @@ from specsparse.search.pareto import (
 from specsparse.types import Candidate, Measurement
 
 FEASIBILITY_RULES = ("point", "lower_bound")
+GUARDS = ("auto", "task", "fidelity", "both")
 UNINFORMATIVE_BELOW = 0.05  # a dense metric whose 95% interval reaches below this cannot discriminate
 NOTE_METRIC_UNDEFINED = "metric undefined: acceptance-only rules"
 NOTE_DENSE_SELECTED = "no feasible configuration cheaper than dense: dense selected"
 
 Thresholds = tuple[float | None, float | None]
+TASK_GUARD = {"task_metric": True, "fidelity": False, "min_fidelity": None}  # the papers' quality check
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,11 @@ class SearchStrategy(abc.ABC):
     def select(self) -> Selection:
         """Conclude from everything told so far."""
 
+    def quality_guard(self) -> dict[str, Any]:
+        """The quality constraints the selection was held to, for the held-out verdict:
+        {"task_metric": bool, "fidelity": bool, "min_fidelity": float | None}."""
+        return dict(TASK_GUARD)
+
     def feasibility_thresholds(self) -> Thresholds | None:
         """(min_accept, min_metric) below which a configuration of the *current* batch is certainly
         rejected, or None when early rejection does not apply (yet). A runner may stop measuring a
@@ -138,6 +147,14 @@ class LayerSkipSearch(SearchStrategy):
         which accounts for accept length. "verify_cost" (the paper's rule): drop what is dominated in
         (A, M), then take the lowest modeled verification cost per step. Both come from the cost
         profile, never from a stored timing.
+    guard: the quality constraint besides accept length. "task": the task metric (the papers, and
+        this class's default).
+        "fidelity" (an extension): the replies' chrF against the dense target's own replies
+        (`specsparse.measuring.fidelity`) must reach `min_fidelity` (0-100; under "lower_bound" the
+        lower end of its 95% interval). "both": both. "auto" (conf/config.yaml's default): the task metric, plus
+        fidelity where the domain has no metric or its metric is uninformative, so every domain has a
+        quality check. The single-objective baselines take it as they take the metric: only
+        `accept_only` (accept length alone) leaves it out.
     """
 
     context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)
@@ -158,7 +175,13 @@ class LayerSkipSearch(SearchStrategy):
         feasibility: str = "point",
         metric_floor: float = 0.0,
         select: str = "time_per_token",
+        guard: str = "task",
+        min_fidelity: float = 30.0,
     ) -> None:
+        if guard not in GUARDS:
+            raise ValueError(f"guard must be one of {GUARDS}, got {guard!r}")
+        if not 0 <= min_fidelity <= 100:
+            raise ValueError(f"min_fidelity must be in [0, 100] (chrF), got {min_fidelity}")
         if select not in SELECTION_RULES:
             raise ValueError(f"select must be one of {SELECTION_RULES}, got {select!r}")
         if feasibility not in FEASIBILITY_RULES:
@@ -187,6 +210,8 @@ class LayerSkipSearch(SearchStrategy):
         self.feasibility = feasibility
         self.metric_floor = metric_floor
         self.select_rule = select
+        self.guard = guard
+        self.min_fidelity = float(min_fidelity)
         self.free_layers = tuple(i for i in range(num_layers) if i not in self.protect_layers)
         self.measured: dict[Candidate, Measurement] = {}
         self.dense_candidate = Candidate()
@@ -225,15 +250,43 @@ class LayerSkipSearch(SearchStrategy):
                   else "the metric constraint rests on noise")
         return f"metric uninformative: dense metric {shown} reaches below {UNINFORMATIVE_BELOW:g}; {effect}"
 
-    def _rule(self) -> tuple[bool, bool]:
+    def _rule(self) -> tuple[bool, bool, bool]:
+        """(accept length, task metric, fidelity): the constraints in use (see `guard`)."""
         assert self.dense is not None
-        use_metric = "metric" in self.objectives and not self.metric_dropped()
-        return active_objectives(self.dense, "accept" in self.objectives, use_metric)
+        quality = "metric" in self.objectives
+        use_metric = quality and self.guard != "fidelity" and not self.metric_dropped()
+        use_accept, use_metric = active_objectives(self.dense, "accept" in self.objectives, use_metric)
+        no_task_check = self.dense.metric is None or self.metric_uninformative() is not None
+        use_fidelity = quality and (self.guard in ("fidelity", "both") or (self.guard == "auto" and no_task_check))
+        return use_accept, use_metric, use_fidelity
 
-    def _holds(self, m: Measurement, use_accept: bool, use_metric: bool, tolerance: float | None = None) -> bool:
+    def quality_guard(self) -> dict[str, Any]:
+        if self.dense is None:
+            return super().quality_guard()
+        _, use_metric, use_fidelity = self._rule()
+        return {"task_metric": use_metric, "fidelity": use_fidelity,
+                "min_fidelity": self.min_fidelity if use_fidelity else None}
+
+    def guard_note(self) -> str | None:
+        """What the fidelity constraint is and why it applies; None when it does not."""
+        if self.dense is None or not self._rule()[2]:
+            return None
+        why = (f"tss.guard={self.guard}" if self.guard != "auto" else
+               "the domain has no task metric" if self.dense.metric is None else "the task metric is uninformative")
+        bound = "the lower end of its 95% interval" if self.feasibility == "lower_bound" else "its mean"
+        return (f"guard: output fidelity ({FIDELITY}, {bound}) >= {self.min_fidelity:g}, an extension of the "
+                f"papers, because {why}")
+
+    def _holds(self, m: Measurement, use_accept: bool, use_metric: bool, use_fidelity: bool = False,
+               tolerance: float | None = None) -> bool:
         """The constraints in use hold for `m` under this search's feasibility rule, with tolerances
-        eps_accept / eps_metric, or `tolerance` for both (the BFS pool's tau)."""
+        eps_accept / eps_metric, or `tolerance` for both (the BFS pool's tau); fidelity against its
+        floor `min_fidelity`, whatever the tolerance."""
         assert self.dense is not None
+        if use_fidelity and not self._fidelity_holds(m):
+            return False
+        if not (use_accept or use_metric):
+            return True
         eps_a = self.eps_accept if tolerance is None else tolerance
         eps_m = self.eps_metric if tolerance is None else tolerance
         if self.feasibility == "point" or m.early_stopped:
@@ -245,24 +298,39 @@ class LayerSkipSearch(SearchStrategy):
             return False
         return not (use_metric and (ratios.metric is None or ratios.metric.low < 1 - eps_m))
 
+    def _fidelity_holds(self, m: Measurement) -> bool:
+        assert self.dense is not None
+        if m.early_stopped:
+            return False
+        interval = fidelity_interval(self.dense, m)
+        if interval is None:  # not the dense baseline's prompts: nothing to compare
+            return False
+        return (interval.point if self.feasibility == "point" else interval.low) >= self.min_fidelity
+
     def feasible(self, m: Measurement) -> bool:
         """The feasibility rule of this search (needs the dense baseline)."""
         return self._holds(m, *self._rule())
 
     def passes_any(self, m: Measurement, tolerance: float | None = None) -> bool:
         """Permissive rule: at least one of the constraints in use holds (the BFS candidate pool)."""
-        use_a, use_m = self._rule()
-        return any(self._holds(m, a, b, tolerance) for a, b in ((use_a, False), (False, use_m)) if a or b)
+        use_a, use_m, use_f = self._rule()
+        terms = ((use_a, False, False), (False, use_m, False), (False, False, use_f))
+        return any(self._holds(m, *term, tolerance=tolerance) for term in terms if any(term))
 
     def quality(self, m: Measurement, weight_accept: float = 0.5) -> float:
         """Retained quality: weight_accept * A/A0 + (1 - weight_accept) * M/M0 over the constraints in
-        use (just the one ratio when only one applies)."""
+        use (just the one ratio when only one applies). Where fidelity guards instead of the metric,
+        its mean / 100 stands for M/M0 (the dense replies match themselves: 100)."""
         assert self.dense is not None
-        use_a, use_m = self._rule()
+        use_a, use_m, use_f = self._rule()
         ra = _ratio(m.accept_length, self.dense.accept_length)
-        if not use_m:
+        if use_m:
+            rm = _ratio(m.metric if m.metric is not None else 0.0, self.dense.metric)  # type: ignore[arg-type]
+        elif use_f:
+            interval = fidelity_interval(self.dense, m)
+            rm = 0.0 if interval is None else interval.point / 100
+        else:
             return ra
-        rm = _ratio(m.metric if m.metric is not None else 0.0, self.dense.metric)  # type: ignore[arg-type]
         if not use_a:
             return rm
         return weight_accept * ra + (1.0 - weight_accept) * rm
@@ -270,7 +338,7 @@ class LayerSkipSearch(SearchStrategy):
     def feasibility_thresholds(self) -> Thresholds | None:
         if not self.early_reject or self.dense is None:
             return None
-        use_a, use_m = self._rule()
+        use_a, use_m, _ = self._rule()
         return feasibility_thresholds(self.dense, self.eps_accept, self.eps_metric, use_a, use_m)
 
     # -- conclusion ------------------------------------------------------------------------------
@@ -283,8 +351,10 @@ class LayerSkipSearch(SearchStrategy):
             notes.append(NOTE_METRIC_UNDEFINED)
         if self.metric_uninformative() is not None:
             notes.append(self.metric_uninformative())
+        if self.guard_note() is not None:
+            notes.append(self.guard_note())
         feasible = [(c, m) for c, m in self.measured.items() if self.feasible(m)]
-        use_a, use_m = self._rule()
+        use_a, use_m, use_f = self._rule()
         objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on]
         if self.select_rule == "time_per_token":  # the paper drops only what (A, M) dominate
             objectives.append("cost")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Sequence
+from typing import Any
 
 from specsparse.search.base import LayerSkipSearch, Selection, Thresholds
 from specsparse.search.pareto import selection_cost
@@ -39,23 +39,11 @@ class BFSSearch(LayerSkipSearch):
     name = "bfs"
 
     def __init__(
-        self,
-        num_layers: int,
-        max_depth: int = 4,
-        eps_accept: float = 0.05,
-        eps_metric: float = 0.05,
-        max_pool: int | None = None,
-        protect_layers: Sequence[int] = (),
-        objectives: Sequence[str] = ("accept", "metric"),
-        early_reject: bool = False,
-        feasibility: str = "point",
-        metric_floor: float = 0.0,
-        select: str = "time_per_token",
-        weight_accept: float = 0.5,
-        tau: float | None = 0.05,
+        self, num_layers: int, max_pool: int | None = None, weight_accept: float = 0.5, tau: float | None = 0.05,
+        **rule: Any,
     ) -> None:
-        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
-                         feasibility, metric_floor, select)
+        """`rule`: the shared layer-skip options of `LayerSkipSearch`."""
+        super().__init__(num_layers, **rule)
         if max_pool is not None and max_pool < 1:
             raise ValueError(f"max_pool must be >= 1 or None, got {max_pool}")
         if tau is not None and not 0 <= tau < 1:

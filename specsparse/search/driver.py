@@ -65,8 +65,10 @@ def run_search(
         generation settings); the candidate itself is always added under "candidate", and for an
         early-stopped measurement the strategy's thresholds under "early_stop_thresholds".
     progress: show a tqdm bar (new measurements; cache hits in the postfix).
-    price: re-prices every measurement, stored or new, from its counts (the cost profile), so a cost
-        or timing stored by another run never reaches the strategy.
+    price: re-prices every measurement served from the store from its counts (the cost profile), so a
+        cost or timing stored by another run never reaches the strategy. New measurements keep the
+        price the runner gave them: it priced them where it measured them (a Ray worker on its own
+        hardware; the local runner with this process's evaluator, the same profile as `price`).
     """
     if budget is not None and budget < 0:
         raise ValueError(f"budget must be >= 0 or None, got {budget}")
@@ -103,7 +105,7 @@ def run_search(
                 if c not in results:
                     continue
                 m, cached = results[c]
-                if price is not None:
+                if price is not None and cached:
                     m = price(c, m)
                 measured[c] = m
                 n_hits += cached
@@ -221,9 +223,9 @@ def _result(
         info=sel.info,
     )
     log.info(
-        "%s: selected %s (A=%.3f, M=%s, cost=%.4g) after %d new measurements, %d cache hits",
+        "%s: selected %s (A=%.3f, M=%s, modeled cost=%.4g) after %d new measurements, %d cache hits",
         strategy.name, result.selected.label, result.selected_measurement.accept_length,
-        result.selected_measurement.metric, result.selected_measurement.cost, n_new, n_hits,
+        result.selected_measurement.metric, result.selected_measurement.modeled_cost, n_new, n_hits,
     )
     return result
 
@@ -244,9 +246,9 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
                 r = Measurement(
                     accept_length=float(accept),
                     metric=None if metric is None else float(metric),
-                    cost=float(cost),
+                    modeled_cost=float(cost),
                     flops_fraction=float(cost),
-                    tokens_per_s=0.0,
+                    modeled_tokens_per_s=0.0,
                     new_tokens=0,
                     target_forwards=0,
                     wall_time_s=0.0,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from typing import Any
 
 from specsparse.search.base import NOTE_DENSE_SELECTED, LayerSkipSearch, Selection, Thresholds
 from specsparse.types import Candidate, Measurement
@@ -36,22 +36,9 @@ class GreedySearch(LayerSkipSearch):
 
     name = "greedy"
 
-    def __init__(
-        self,
-        num_layers: int,
-        max_depth: int = 4,
-        eps_accept: float = 0.05,
-        eps_metric: float = 0.05,
-        sparsity_weight: float = 1.0,
-        protect_layers: Sequence[int] = (),
-        objectives: Sequence[str] = ("accept", "metric"),
-        early_reject: bool = False,
-        feasibility: str = "point",
-        metric_floor: float = 0.0,
-        select: str = "time_per_token",
-    ) -> None:
-        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
-                         feasibility, metric_floor, select)
+    def __init__(self, num_layers: int, sparsity_weight: float = 1.0, **rule: Any) -> None:
+        """`rule`: the shared layer-skip options of `LayerSkipSearch`."""
+        super().__init__(num_layers, **rule)
         if sparsity_weight < 0:
             raise ValueError(f"sparsity_weight must be >= 0, got {sparsity_weight}")
         self.sparsity_weight = sparsity_weight
@@ -64,7 +51,7 @@ class GreedySearch(LayerSkipSearch):
     def balance(self, m: Measurement, depth: int) -> float:
         """J = score / dense score + sparsity_weight * depth / num_layers."""
         assert self.dense is not None
-        _, use_metric = self._rule()
+        _, use_metric, _ = self._rule()
         if use_metric:
             score, dense = (m.metric or 0.0), self.dense.metric
         else:

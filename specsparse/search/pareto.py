@@ -85,7 +85,7 @@ SELECTION_RULES = ("time_per_token", "verify_cost")
 def selection_cost(m: Measurement, rule: str = "time_per_token") -> float:
     """The cost a selection minimises: modeled time per generated token ("time_per_token", see the
     module doc), or modeled time of one verification step ("verify_cost", the paper's rule)."""
-    return m.verify_cost if rule == "verify_cost" else m.cost
+    return m.modeled_verify_cost if rule == "verify_cost" else m.modeled_cost
 
 
 def selection_key(point: Point, rule: str = "time_per_token") -> tuple:

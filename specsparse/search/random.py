@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,36 +33,20 @@ class RandomSearch(LayerSkipSearch):
     name = "random"
 
     def __init__(
-        self,
-        num_layers: int,
-        max_depth: int = 4,
-        depth: int | None = None,
-        draws: int = 5,
-        seed: int = 0,
-        eps_accept: float = 0.05,
-        eps_metric: float = 0.05,
-        protect_layers: Sequence[int] = (),
-        objectives: Sequence[str] = ("accept", "metric"),
-        early_reject: bool = False,
-        feasibility: str = "point",
-        metric_floor: float = 0.0,
-        select: str = "time_per_token",
-        bfs_options: dict[str, Any] | None = None,
+        self, num_layers: int, depth: int | None = None, draws: int = 5, seed: int = 0,
+        bfs_options: dict[str, Any] | None = None, **rule: Any,
     ) -> None:
-        super().__init__(num_layers, max_depth, eps_accept, eps_metric, protect_layers, objectives, early_reject,
-                         feasibility, metric_floor, select)
-        if depth is not None and not 0 <= depth <= min(max_depth, len(self.free_layers)):
-            raise ValueError(f"depth must be in 0..{min(max_depth, len(self.free_layers))} (max_depth), got {depth}")
+        """`rule`: the shared layer-skip options of `LayerSkipSearch` (the TSS BFS runs under them too)."""
+        super().__init__(num_layers, **rule)
+        if depth is not None and not 0 <= depth <= min(self.max_depth, len(self.free_layers)):
+            raise ValueError(f"depth must be in 0..{min(self.max_depth, len(self.free_layers))} (max_depth), got {depth}")
         if draws < 1:
             raise ValueError(f"draws must be >= 1, got {draws}")
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.draws = draws
         self.depth = depth
-        self.tss = None if depth is not None else BFSSearch(
-            num_layers, max_depth, eps_accept, eps_metric, protect_layers=protect_layers, objectives=objectives,
-            early_reject=early_reject, feasibility=feasibility, metric_floor=metric_floor, select=select,
-            **(bfs_options or {}))
+        self.tss = None if depth is not None else BFSSearch(num_layers, **rule, **(bfs_options or {}))
         self.drawn: list[Candidate] = []
         self._started = False
 
@@ -113,7 +96,7 @@ class RandomSearch(LayerSkipSearch):
         info = {"depth": self.depth, "draws": [list(c.skip_layers) for c in drawn],
                 "mean_accept_of_draws": float(np.mean([m.accept_length for m in measured])),
                 "mean_metric_of_draws": float(np.mean(metrics)) if len(metrics) == len(measured) else None,
-                "mean_cost_of_draws": float(np.mean([m.cost for m in measured]))}
+                "mean_modeled_cost_of_draws": float(np.mean([m.modeled_cost for m in measured]))}
         metric = info["mean_metric_of_draws"]
         notes = [n for n in shared.notes if n != NOTE_DENSE_SELECTED]
         notes.append(f"random: {len(drawn)} uniform skip sets of depth {self.depth}, the first is the pick; "

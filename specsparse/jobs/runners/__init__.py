@@ -29,4 +29,9 @@ class Runner(Protocol):
         on_result: OnResult | None = None,
     ) -> list[Measurement]: ...
 
+    def price(self, spec: EvaluationSpec, candidate: Candidate, measurement: Measurement) -> Measurement:
+        """`measurement` (e.g. served by the results store) priced by the cost profile that prices
+        what this runner measures (a Ray worker's, not the driver's)."""
+        ...
+
     def close(self) -> None: ...

@@ -42,5 +42,9 @@ class LocalRunner:
     def evaluate_batch(self, spec, candidates, thresholds=None, on_result=None) -> list[Measurement]:
         return measure_candidates(spec, candidates, thresholds, on_result, self.progress)
 
+    def price(self, spec: EvaluationSpec, candidate: Candidate, measurement: Measurement) -> Measurement:
+        """`measurement` priced by this process's cost profile, as what it measures is."""
+        return evaluator_for(spec).price(candidate, measurement)
+
     def close(self) -> None:
         """Nothing to release: evaluators live for the process (`evaluator_for`)."""

@@ -18,6 +18,13 @@ model through `specsparse.decoding.models.load_model_cached`, for as long as the
 
 Resources are checked before anything is scheduled: a trial asking for GPUs the cluster does not
 have would stay PENDING forever, so that raises `RayResourceError` instead.
+
+Pricing: a measurement is priced where it is measured, by the worker's cost profile (its hardware,
+not the driver's), and the search driver keeps that price (`specsparse.search.driver.run_search`
+re-prices only what the results store serves, with the `price` it is given: `RayRunner.price` prices
+those on a worker too, so the driver's own profile prices nothing). With `cost.profile=PATH` every
+worker and the driver price with that one file (its text travels with each batch, for workers on
+machines without it). `profile_records` lists the profiles the workers priced with (reproduce.json).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from specsparse.jobs.runners import OnResult
 from specsparse.jobs.store import measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
-from specsparse.util import is_int, is_number
+from specsparse.util import atomic_write_text, content_hash, is_int, is_number
 
 if TYPE_CHECKING:
     from specsparse.measuring.evaluation import EvaluationSpec
@@ -114,6 +121,8 @@ def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
         split=data["split"],
         generation=GenerationConfig(**data["generation"]),
         measure=MeasureSpec(**data.get("measure", {})),
+        vocab_corpus=tuple(data.get("vocab_corpus", EvaluationSpec.vocab_corpus)),
+        cost_profile=data.get("cost_profile"),
     )
 
 
@@ -146,16 +155,48 @@ class EvaluationWorker:
         import torch  # noqa: PLC0415
 
         torch.set_num_threads(max(1, threads))
+        self.profiles: dict[str, dict[str, Any]] = {}  # records of the cost profiles it priced with
 
     def ready(self) -> int:
         return os.getpid()
 
-    def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None) -> dict[str, Any]:
+    def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None,
+                 cost_profile_text: str | None = None) -> dict[str, Any]:
         from specsparse.jobs.runners.local import measure_candidates  # noqa: PLC0415
+        from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
+        from specsparse.measuring.profile import profile_record  # noqa: PLC0415
 
         threshold = None if thresholds is None else tuple(thresholds)
-        [measurement] = measure_candidates(spec_from_dict(spec), [candidate_from_dict(candidate)], threshold, progress=False)
+        evaluation = _local_profile(spec_from_dict(spec), cost_profile_text)
+        [measurement] = measure_candidates(evaluation, [candidate_from_dict(candidate)], threshold, progress=False)
+        record = profile_record(evaluator_for(evaluation).profile)
+        self.profiles[json.dumps(record, sort_keys=True)] = record
         return {"measurement": measurement_to_dict(measurement), "pid": os.getpid()}
+
+    def price(self, spec: dict[str, Any], candidate: dict[str, Any], measurement: dict[str, Any],
+              cost_profile_text: str | None = None) -> dict[str, Any]:
+        from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
+        from specsparse.measuring.profile import profile_record  # noqa: PLC0415
+
+        evaluator = evaluator_for(_local_profile(spec_from_dict(spec), cost_profile_text))
+        priced = evaluator.price(candidate_from_dict(candidate), measurement_from_dict(measurement))
+        record = profile_record(evaluator.profile)
+        self.profiles[json.dumps(record, sort_keys=True)] = record
+        return measurement_to_dict(priced)
+
+    def profile_records(self) -> list[dict[str, Any]]:
+        return list(self.profiles.values())
+
+
+def _local_profile(spec: EvaluationSpec, text: str | None) -> EvaluationSpec:
+    """`spec` with its pinned cost profile as a file of this machine: the driver's path when the file
+    there holds the same text, else a copy of the text (a worker on another machine)."""
+    path = spec.cost_profile
+    if path is None or text is None or (Path(path).is_file() and Path(path).read_text() == text):
+        return spec
+    copy = Path(tempfile.gettempdir()) / "specsparse-pinned-profiles" / f"{content_hash(text)[:16]}.json"
+    atomic_write_text(copy, text)
+    return replace(spec, cost_profile=str(copy))
 
 
 def _trial(config: dict[str, Any], pool: dict[str, Any]) -> None:
@@ -165,11 +206,13 @@ def _trial(config: dict[str, Any], pool: dict[str, Any]) -> None:
 
     index = pool["free"].get()
     try:
-        out = ray.get(pool["workers"][index].evaluate.remote(config["spec"], config["candidate"], config["thresholds"]))
+        out = ray.get(pool["workers"][index].evaluate.remote(config["spec"], config["candidate"], config["thresholds"],
+                                                             config.get("cost_profile_text")))
     finally:
         pool["free"].put(index)
     m = out["measurement"]
-    report = {k: m[k] for k in ("accept_length", "cost", "tokens_per_s", "flops_fraction", "new_tokens") if m.get(k) is not None}
+    report = {k: m[k] for k in ("accept_length", "modeled_cost", "modeled_tokens_per_s", "flops_fraction", "new_tokens")
+              if m.get(k) is not None}
     if m.get("metric") is not None:
         report["metric"] = m["metric"]
     report.update(worker=index, worker_pid=out["pid"], early_stopped=int(bool(m.get("early_stopped"))),
@@ -383,6 +426,7 @@ class RayRunner:
                 "candidate": tune.grid_search([candidate_to_dict(c) for c in unique]),
                 "spec": spec_to_dict(spec),
                 "thresholds": None if thresholds is None else list(thresholds),
+                "cost_profile_text": Path(spec.cost_profile).read_text() if spec.cost_profile else None,
             },
             tune_config=tune.TuneConfig(max_concurrent_trials=self.num_workers, reuse_actors=True,
                                         trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}"),
@@ -405,6 +449,25 @@ class RayRunner:
         log.info("ray batch %d: %d configurations on %d workers in %.1f s",
                  self._batches, len(unique), self.num_workers, time.perf_counter() - start)
         return [results[c] for c in candidates]
+
+    def price(self, spec: EvaluationSpec, candidate: Candidate, measurement: Measurement) -> Measurement:
+        """`measurement` (e.g. served by the results store) priced by a worker's cost profile, as the
+        workers price what they measure."""
+        import ray  # noqa: PLC0415
+
+        self._ensure_workers()
+        text = Path(spec.cost_profile).read_text() if spec.cost_profile else None
+        out = self._workers[0].price.remote(spec_to_dict(spec), candidate_to_dict(candidate),
+                                            measurement_to_dict(measurement), text)
+        return measurement_from_dict(ray.get(out))
+
+    def profile_records(self) -> list[dict[str, Any]]:
+        """Records (`specsparse.measuring.profile.profile_record`) of the cost profiles the workers
+        priced with, one per distinct profile (none before the first batch)."""
+        import ray  # noqa: PLC0415
+
+        records = ray.get([w.profile_records.remote() for w in self._workers]) if self._workers else []
+        return list({json.dumps(r, sort_keys=True): r for rs in records for r in rs}.values())
 
     def close(self) -> None:
         """Stop the workers, and the local Ray if this runner started it; remove the temporary Tune

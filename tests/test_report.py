@@ -15,6 +15,7 @@ import pytest
 from specsparse.cli import main
 from specsparse.config_map import load_config_map
 from specsparse.jobs.ablation import single_layer_ablation
+from specsparse.jobs.outputs import upgrade_summary
 from specsparse.jobs.report import (
     JobRecord,
     build_report,
@@ -28,7 +29,6 @@ from specsparse.jobs.report import (
     to_latex,
     to_markdown,
 )
-from specsparse.jobs.outputs import upgrade_summary
 from specsparse.jobs.wandb_report import to_wandb_report
 from specsparse.serving.router import map_routing_prompts
 

@@ -37,6 +37,7 @@ def main(cfg: DictConfig) -> None:
     from specsparse.jobs.job import JobTerminated, run_plan
     from specsparse.jobs.outputs import results_table
     from specsparse.jobs.store import StoreError
+    from specsparse.measuring.profile import ProfileError
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode.name == "MULTIRUN"
@@ -53,7 +54,7 @@ def main(cfg: DictConfig) -> None:
         return _fail(f"error: {err}", multirun, output_dir)
     try:
         job = run_plan(plan)
-    except (ConfigError, ModelLoadError, StoreError) as err:
+    except (ConfigError, ModelLoadError, StoreError, ProfileError) as err:
         return _fail(f"error: {err}", multirun, output_dir)
     except KeyboardInterrupt as err:
         print(f"{'terminated' if isinstance(err, JobTerminated) else 'interrupted'}: {output_dir} "

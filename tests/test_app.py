@@ -267,3 +267,11 @@ def test_run_py_unknown_group_option_is_hydras_clear_error(tmp_path):
     done = _run_app(["model=gpt5"], tmp_path)
     assert done.returncode != 0
     assert "Could not find 'model/gpt5'" in done.stderr and "smollm2_135m" in done.stderr
+
+
+def test_the_readmes_loader_options_compose():
+    """The README's way to pass loader options (Hydra's `+` adds a key to the domain's `options: {}`)."""
+    assert composed(["domain=qa", "+domain.options.references=/abs/answers.jsonl"])["domain"]["options"] == {
+        "references": "/abs/answers.jsonl"}
+    assert composed(["domain=mmlu", "+domain.options.subjects=[anatomy,astronomy]"])["domain"]["options"] == {
+        "subjects": ["anatomy", "astronomy"]}

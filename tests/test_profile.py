@@ -264,7 +264,7 @@ def test_a_pinned_profile_of_another_model_is_refused_when_it_loads(tiny, models
     pinned = tmp_path / "profile.json"
     pinned.write_text(with_samples(replace(PROFILE, identity=model_identity(tiny.model), num_layers=4), (1, 2, 4)).to_json())
     assert pinned_profile(pinned, tiny.model).path == str(pinned)
-    with pytest.raises(ProfileError, match="another model") as err:
+    with pytest.raises(ProfileError, match="another architecture") as err:
         pinned_profile(pinned, models[0])  # another architecture (hidden size 48)
     assert "\n" not in str(err.value)
 

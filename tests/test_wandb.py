@@ -91,6 +91,8 @@ def test_offline_run_is_written_under_the_job_folder(tmp_path):
     assert {"measurement/accept_length", "measurement/modeled_cost", "measurement/metric"} <= history_keys
     artifacts = {r.artifact.name: r.artifact.type for r in records if r.WhichOneof("record_type") == "artifact"}
     assert artifacts.get("config_map-tiny-qa-bfs") == "config_map"
+    config_keys = {u.key for r in records if r.WhichOneof("record_type") == "config" for u in r.config.update}
+    assert "cost_profile" in config_keys  # the profile that priced the search, as in reproduce.json
 
     assert list(runs[0].glob("files/media/images/pareto_plot_*.png"))
     assert (tmp_path / "job" / "pareto.png").is_file()

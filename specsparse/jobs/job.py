@@ -22,7 +22,7 @@ from typing import Any
 from specsparse.data.corpus import corpus_domains
 from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
-from specsparse.jobs.reproduce import reproduce_record
+from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.runners import Runner
 from specsparse.jobs.store import ResultsStore, measurement_to_dict
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
@@ -56,8 +56,8 @@ class JobResult:
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on
-        the 0-100 scale `metric` names; fields named modeled_* come from the cost profile, speedups
-        without that prefix are measured (the engine, timed side by side in this process)."""
+        the 0-100 scale `metric` names; fields named modeled_* come from the cost profile, measured_*
+        from the engine, timed side by side in this process."""
         s = self.search_result
         timing = self.timing
         return {
@@ -132,7 +132,6 @@ class JobResult:
 
 
 HELD, INCONCLUSIVE, DID_NOT_HOLD, DENSE_KEPT = "held", "inconclusive", "did not hold", "dense kept"
-VERDICTS = (HELD, INCONCLUSIVE, DID_NOT_HOLD, DENSE_KEPT, "not evaluated")
 
 
 def _check(label: str, values: list[float] | None, threshold: float, strictly: bool = False) -> dict[str, Any]:
@@ -216,7 +215,7 @@ def run_job(
         meta_fn=lambda c: {**description, "search": search.name},
         progress=progress,
         on_measurement=on_measurement,
-        price=calibration.price,
+        price=lambda c, m: runner.price(calibration.spec, c, m),  # store hits, as the runner prices
     )
     test_dense = test_selected = timing = None
     if evaluate_test:
@@ -243,7 +242,7 @@ def evaluate_on_test(
         candidates, lambda todo, on_result: runner.evaluate_batch(test.spec, todo, None, on_result),
         store, test.key, lambda c: description,
     )
-    dense, selected = (test.price(c, m) for c, m in zip(candidates, measured))
+    dense, selected = (runner.price(test.spec, c, m) for c, m in zip(candidates, measured))
     # Plain decoding (the dense target, no drafter) runs beside the speculative configurations, so a
     # setup slower than not speculating cannot hide. A trimmed drafter keeps its calibration vocabulary.
     configurations = [("plain", (), lambda: None)]
@@ -289,8 +288,6 @@ def run_plan(plan: JobPlan) -> JobResult:
             timing_prompts=plan.timing_prompts,
         )
         identity = job.description
-        from specsparse.jobs.reproduce import cost_profiles  # noqa: PLC0415
-
         record.update(
             model_identity=identity["model_identity"], code_version=identity["code_version"],
             num_layers=job.num_layers, cost_profile=cost_profiles(runner, plan.evaluation),
@@ -299,7 +296,7 @@ def run_plan(plan: JobPlan) -> JobResult:
             log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",
                         plan.model.num_layers, plan.model.source, job.num_layers, plan.model.name)
         if logger is not None:
-            logger.finish(job, model=plan.model.name, num_layers=job.num_layers)
+            logger.finish(job, model=plan.model.name, num_layers=job.num_layers, cost_profile=record["cost_profile"])
         status = "finished"
         return job
     except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (run.py turns it into JobTerminated)

@@ -225,10 +225,14 @@ class WandbLogger:
             data["measurement/vocab_size"] = candidate.vocab_size
         self._safe(self.run.log, data)
 
-    def finish(self, job: Any, model: str | None = None, num_layers: int | None = None) -> None:
-        """Tables, the Pareto plot, the config map artifact and the summary of a finished job."""
+    def finish(self, job: Any, model: str | None = None, num_layers: int | None = None,
+               cost_profile: list[dict] | None = None) -> None:
+        """Tables, the Pareto plot, the config map artifact and the summary of a finished job; the
+        cost profiles that priced it (`specsparse.jobs.reproduce.cost_profiles`) join the run's config."""
         if self.run is None:
             return
+        if cost_profile:
+            self._safe(self.run.config.update, {"cost_profile": json.loads(strict_json(cost_profile))})
         wandb = import_wandb()
 
         from specsparse.jobs.figures import plot_pareto  # noqa: PLC0415

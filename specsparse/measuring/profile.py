@@ -253,10 +253,11 @@ def pinned_profile(path: str | os.PathLike, model: PreTrainedModel, text: str | 
         _PROFILES[key] = load_profile(path, text)
     profile, identity = _PROFILES[key], model_identity(model)
     if profile.identity.get("architecture") != identity["architecture"]:
+        config = model.config
         raise ProfileError(
-            f"cost.profile={path} was measured on another model ({profile.num_layers} layers, vocab "
-            f"{profile.vocab_size}; this one: {model.config.num_hidden_layers} layers, vocab "
-            f"{model.config.vocab_size}): pin a profile of this model (`specsparse profile` writes one)"
+            f"cost.profile={path} was measured on a model of another architecture (this one: {config.model_type}, "
+            f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, vocab {config.vocab_size}): pin a "
+            "profile of this model (`specsparse profile --model ...` writes one and prints its path)"
         )
     differ = sorted(k for k in identity if profile.identity.get(k) != identity[k])
     if differ:

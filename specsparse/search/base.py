@@ -148,13 +148,12 @@ class LayerSkipSearch(SearchStrategy):
         (A, M), then take the lowest modeled verification cost per step. Both come from the cost
         profile, never from a stored timing.
     guard: the quality constraint besides accept length. "task": the task metric (the papers, and
-        this class's default).
-        "fidelity" (an extension): the replies' chrF against the dense target's own replies
-        (`specsparse.measuring.fidelity`) must reach `min_fidelity` (0-100; under "lower_bound" the
-        lower end of its 95% interval). "both": both. "auto" (conf/config.yaml's default): the task metric, plus
-        fidelity where the domain has no metric or its metric is uninformative, so every domain has a
-        quality check. The single-objective baselines take it as they take the metric: only
-        `accept_only` (accept length alone) leaves it out.
+        this class's default). "fidelity" (an extension): the replies' chrF against the dense
+        target's own replies (`specsparse.measuring.fidelity`) must reach `min_fidelity` (0-100;
+        under "lower_bound" the lower end of its 95% interval). "both": both. "auto"
+        (conf/config.yaml's default): the task metric, plus fidelity where the domain has no metric
+        or an uninformative one, so every domain has a quality check. The single-objective baselines
+        take it as they take the metric: only `accept_only` (accept length alone) leaves it out.
     """
 
     context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)

@@ -377,6 +377,11 @@ def add_runtime_commands(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--api-key", default=None,
                        help="require 'Authorization: Bearer KEY' on /v1/* (default: $SPECSPARSE_API_KEY, else none)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without an API key")
+    serve.add_argument("--request-timeout", type=float, default=30.0, metavar="S",
+                       help="a request's line, headers and body must arrive within S seconds of connecting "
+                            "(default 30; later: 408 and the socket is closed)")
+    serve.add_argument("--max-client-connections", type=int, default=None, metavar="N",
+                       help="open sockets one client address may hold; more get 503 (default: max(8, max-queue + 2))")
     serve.set_defaults(func=run_serve)
 
 
@@ -528,9 +533,12 @@ def run_serve(args: argparse.Namespace) -> int:
 
     _check_generation_options(args)
     for name, value, low in (("--max-queue", args.max_queue, 0), ("--max-tokens-limit", args.max_tokens_limit, 1),
-                             ("--max-prompt-tokens", args.max_prompt_tokens, 1)):
+                             ("--max-prompt-tokens", args.max_prompt_tokens, 1),
+                             ("--max-client-connections", args.max_client_connections, 1)):
         if value is not None and value < low:
             raise ValueError(f"{name} must be >= {low}, got {value}")
+    if not 0 < args.request_timeout < float("inf"):
+        raise ValueError(f"--request-timeout must be a number of seconds > 0, got {args.request_timeout}")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     api_key = args.api_key or os.environ.get("SPECSPARSE_API_KEY")
@@ -539,7 +547,8 @@ def run_serve(args: argparse.Namespace) -> int:
     server = make_server(controller, args.host, args.port, args.max_queue, model_name=args.model,
                          insecure=args.insecure, default_max_tokens=args.max_new_tokens,
                          max_tokens_limit=args.max_tokens_limit, num_draft_tokens=args.num_draft_tokens,
-                         draft_length=args.draft_length, api_key=api_key)
+                         draft_length=args.draft_length, api_key=api_key, request_timeout_s=args.request_timeout,
+                         max_client_connections=args.max_client_connections)
     print(f"specsparse: serving {args.model} on {server.url} (domains: {', '.join(controller.domains)}); "
           "Ctrl-C stops", file=sys.stderr)
     try:

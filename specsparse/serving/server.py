@@ -1,8 +1,8 @@
 """An OpenAI-compatible HTTP front end for the `Controller` (standard library only).
 
 Endpoints:
-    POST /v1/chat/completions   messages, max_tokens, temperature, stream, seed, model, domain
-    POST /v1/completions        prompt, max_tokens, temperature, stream, seed, model, domain
+    POST /v1/chat/completions   messages, max_tokens, temperature, stream, stop, seed, model, domain, ...
+    POST /v1/completions        prompt, max_tokens, temperature, stream, stop, seed, model, domain, ...
     GET  /v1/models             the one served model
     GET  /health                status, domains and queue occupancy
 
@@ -11,20 +11,36 @@ Semantics of the subset:
   no domain matches answers 400 (`param: "domain"`).
 - `model` is accepted and ignored (one model is served); responses name the served model.
 - A completion `prompt` is sent as one user turn (the chat template is applied), like a chat request
-  with a single message.
-- Unknown fields, wrong types, malformed JSON, a prompt longer than the model's context (or the
-  configured limit) answer 400 with `{"error": {"message", "type", "param", "code"}}`.
+  with a single message. A message's `content` is a string or a list of text parts.
+- `stop` (a string or up to 4): the reply is cut before the first occurrence of any of them and
+  `finish_reason` is "stop". Generation itself runs to its usual end (EOS or `max_tokens`), so
+  `usage.completion_tokens` counts every generated token, also those past the stop string.
+- `max_completion_tokens` is an alias of `max_tokens` (both given and different: 400). `user` is
+  accepted and ignored. `n`, `top_p`, `logprobs`, the penalties, ... (`NEUTRAL`) are accepted with
+  the value that asks for nothing special (or null); any other value answers 400 naming the field.
+- Unknown fields, wrong types, malformed JSON, text that is not valid Unicode (a lone surrogate), a
+  prompt longer than the model's context (or the configured limit) answer 400 with
+  `{"error": {"message", "type", "param", "code"}}`. Every error status is such JSON, also the ones
+  the HTTP layer produces (408, 413, 431, 501, 503, ...); a bug answers 500 and logs the traceback.
 - `stream: true` answers Server-Sent Events (`data: {chunk}\\n\\n`, ending with `data: [DONE]`). The
-  reply is streamed as verification steps commit tokens (one chunk per step); the last chunk
-  carries `finish_reason`, `usage` and the `specsparse` object.
+  reply is streamed as verification steps commit tokens (one chunk per step; with `stop`, a tail
+  that could begin a stop string waits for the next step); the last choice chunk carries
+  `finish_reason`, `usage` and the `specsparse` object. With `stream_options.include_usage`, as
+  OpenAI does, `usage` moves to one more chunk with empty `choices`.
 - Every response carries `usage` and a `specsparse` object (domain, routed_by, confidence,
   skip_layers, accept_length, tokens_per_s, ...).
 - The model serves one request at a time; at most `max_queue` more wait. Beyond that the server
   answers 503 at once instead of piling up work.
+- Slow clients: a request's line, headers and body must all arrive within `request_timeout_s` of
+  the connection's accept (one deadline, not reset per byte; late: 408, and the socket is closed);
+  the request line plus headers may not exceed `MAX_HEADER_BYTES` (431). A client address may hold
+  `max_client_connections` sockets and all clients together `max_connections`; beyond either the
+  new socket gets 503 at once.
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import logging
@@ -32,6 +48,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -44,9 +61,16 @@ from specsparse.util import is_int, is_number
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_HEADER_BYTES = 32 * 1024  # request line plus headers
+LINGER_S = 1.0  # how long a closing socket waits for the client to finish sending (see shutdown_request)
+MAX_REFUSING = 64  # refused sockets answered (503) at once; beyond, they are closed without an answer
 ROLES = ("system", "user", "assistant")
-MAX_CONNECTIONS = 64  # client connections served at once (the rest get 503)
-COMMON_FIELDS = {"model", "max_tokens", "temperature", "stream", "seed", "domain"}
+MAX_STOP_STRINGS = 4
+# OpenAI fields accepted only with the value that asks for nothing this server lacks (null too).
+NEUTRAL: dict[str, Any] = {"n": 1, "best_of": 1, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0,
+                           "logprobs": False, "top_logprobs": 0, "echo": False, "logit_bias": {}}
+COMMON_FIELDS = {"model", "max_tokens", "max_completion_tokens", "temperature", "stream", "stream_options", "stop",
+                 "seed", "user", "domain", *NEUTRAL}
 
 
 class ApiError(Exception):
@@ -71,6 +95,8 @@ class ApiRequest:
     stream: bool
     seed: int
     domain: str | None
+    stop: tuple[str, ...] = ()
+    include_usage: bool = False  # streaming: usage in a final chunk of its own
 
 
 @dataclass(frozen=True)
@@ -84,7 +110,9 @@ class ServerSettings:
     num_draft_tokens: int = 5
     draft_length: str = "fixed"
     api_key: str | None = None  # when set, /v1/* requests need "Authorization: Bearer <api_key>"
-    client_timeout_s: float = 30.0  # a client that sends nothing for this long is cut off
+    request_timeout_s: float = 30.0  # the whole request (line, headers, body) must arrive within this of accept
+    max_connections: int = 128  # open client sockets at once (more get 503)
+    max_client_connections: int = 8  # open sockets per client address (more get 503)
 
 
 def _invalid(message: str, param: str | None = None) -> ApiError:
@@ -98,34 +126,59 @@ def parse_request(body: dict[str, Any], kind: str, settings: ServerSettings) -> 
     if unknown:
         raise _invalid(f"unknown field {unknown[0]!r}: supported fields are "
                        f"{', '.join(sorted(COMMON_FIELDS | {prompt_field}))}", unknown[0])
+    for name, neutral in NEUTRAL.items():
+        value = body.get(name)
+        if value is not None and not (value == neutral and isinstance(value, bool) == isinstance(neutral, bool)):
+            raise _invalid(f"{name}={json.dumps(value)} is not supported: this server only takes "
+                           f"{name}={json.dumps(neutral)} (or null)", name)
     if prompt_field not in body:
         raise _invalid(f"missing required field {prompt_field!r}", prompt_field)
     prompt = _messages(body["messages"]) if kind == "chat" else body["prompt"]
     if kind == "completion" and not isinstance(prompt, str):
         raise _invalid("'prompt' must be a string", "prompt")
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise _invalid("'model' must be a string", "model")
-    max_tokens = body.get("max_tokens")
+    for name in ("model", "user"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise _invalid(f"'{name}' must be a string", name)
+    max_tokens, alias = body.get("max_tokens"), body.get("max_completion_tokens")
+    if max_tokens is not None and alias is not None and max_tokens != alias:
+        raise _invalid(f"'max_tokens' ({max_tokens!r}) and its alias 'max_completion_tokens' ({alias!r}) differ",
+                       "max_completion_tokens")
+    name = "max_tokens" if max_tokens is not None or alias is None else "max_completion_tokens"
+    max_tokens = alias if max_tokens is None else max_tokens
     max_tokens = min(settings.default_max_tokens, settings.max_tokens_limit) if max_tokens is None else max_tokens
     if not is_int(max_tokens) or not 1 <= max_tokens <= settings.max_tokens_limit:
         limit = settings.max_tokens_limit
-        raise _invalid(f"'max_tokens' must be an integer in [1, {limit}], got {max_tokens!r}", "max_tokens")
+        raise _invalid(f"'{name}' must be an integer in [1, {limit}], got {max_tokens!r}", name)
     temperature = body.get("temperature", 0.0)
     temperature = 0.0 if temperature is None else temperature
     if not is_number(temperature) or not 0 <= temperature <= 2:
         raise _invalid(f"'temperature' must be a number in [0, 2], got {temperature!r}", "temperature")
     stream = body.get("stream", False)
+    stream = False if stream is None else stream
     if not isinstance(stream, bool):
         raise _invalid(f"'stream' must be a boolean, got {stream!r}", "stream")
+    options = {} if body.get("stream_options") is None else body["stream_options"]
+    if not isinstance(options, dict) or set(options) - {"include_usage"} or \
+            not isinstance(options.get("include_usage", False), bool | None):
+        raise _invalid(f"'stream_options' must be an object {{\"include_usage\": bool}}, got {options!r}",
+                       "stream_options")
     seed = body.get("seed", 0)
     seed = 0 if seed is None else seed
-    if not is_int(seed) or not 0 <= seed < 2**63:
-        raise _invalid(f"'seed' must be an integer in [0, 2**63), got {seed!r}", "seed")
+    if not is_int(seed) or not -(2**63) <= seed < 2**63:
+        raise _invalid(f"'seed' must be a 64-bit integer, got {seed!r}", "seed")
     domain = body.get("domain")
     if domain is not None and not isinstance(domain, str):
         raise _invalid(f"'domain' must be a string, got {domain!r}", "domain")
-    return ApiRequest(prompt, max_tokens, float(temperature), stream, seed, domain)
+    return ApiRequest(prompt, max_tokens, float(temperature), stream, seed, domain, _stop(body.get("stop")),
+                      stream and bool(options.get("include_usage")))
 
+
+def _stop(value: Any) -> tuple[str, ...]:
+    stops = [value] if isinstance(value, str) else [] if value is None else value
+    if not isinstance(stops, list) or len(stops) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in stops):
+        raise _invalid(f"'stop' must be a non-empty string or a list of at most {MAX_STOP_STRINGS} non-empty "
+                       f"strings, got {value!r}", "stop")
+    return tuple(stops)
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
@@ -141,12 +194,56 @@ def _messages(value: Any) -> list[dict[str, str]]:
         if message.get("role") not in ROLES:
             roles = ", ".join(ROLES)
             raise _invalid(f"messages[{i}].role must be one of {roles}, got {message.get('role')!r}", "messages")
-        if not isinstance(message.get("content"), str):
-            raise _invalid(f"messages[{i}].content must be a string", "messages")
-        messages.append({"role": message["role"], "content": message["content"]})
+        content = message.get("content")
+        if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
+                                             and isinstance(part.get("text"), str) for part in content):
+            content = "\n".join(part["text"] for part in content)  # text parts, as vLLM joins them
+        if not isinstance(content, str):
+            raise _invalid(f"messages[{i}].content must be a string or a list of text parts", "messages")
+        messages.append({"role": message["role"], "content": content})
     if messages[-1]["role"] == "assistant":
         raise _invalid("the last message must come from the user or the system", "messages")
     return messages
+
+
+def _check_unicode(body: dict[str, Any]) -> None:
+    """JSON can carry lone surrogates ("\\ud800") that no tokenizer can encode: 400 naming the field."""
+    for key, value in body.items():
+        try:
+            json.dumps([key, value], ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _invalid(f"field {key!r} holds text that is not valid Unicode (a lone surrogate such as "
+                           "\\ud800 that no UTF-8 encoding exists for)", key) from None
+
+
+class StopFilter:
+    """Cuts a reply before the first occurrence of any stop string, fed piece by piece: `feed` returns
+    the text safe to send now, holding back a tail as long as the longest stop string minus one (it
+    may be the start of one); `flush` returns the held tail at the end. Fed the whole text at once,
+    the cut is at the earliest occurrence; streamed, it can only differ when one stop string contains
+    another after its first character."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        self.pending += piece
+        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.stopped = True
+            return self.pending[:min(found)]
+        keep = max(len(self.pending) - self.hold, 0)
+        sent, self.pending = self.pending[:keep], self.pending[keep:]
+        return sent
+
+    def flush(self) -> str:
+        tail, self.pending = ("" if self.stopped else self.pending), ""
+        return tail
 
 
 def extension(result: ControllerResult) -> dict[str, Any]:
@@ -170,13 +267,13 @@ def usage(result: ControllerResult) -> dict[str, int]:
             "total_tokens": result.prompt_tokens + result.new_tokens}
 
 
-def response_body(kind: str, result: ControllerResult, model: str, request_id: str, created: int) -> dict[str, Any]:
-    """The non-streaming response of a chat or completion request."""
+def response_body(kind: str, result: ControllerResult, text: str, finish_reason: str, model: str, request_id: str,
+                  created: int) -> dict[str, Any]:
+    """The non-streaming response of a chat or completion request (`text`: the reply, cut at a stop string)."""
     if kind == "chat":
-        message = {"role": "assistant", "content": result.text}
-        choice = {"index": 0, "message": message, "finish_reason": result.finish_reason}
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
     else:
-        choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": result.finish_reason}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
     return {"id": request_id, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
             "model": model, "choices": [choice], "usage": usage(result), "specsparse": extension(result)}
 
@@ -184,13 +281,15 @@ def response_body(kind: str, result: ControllerResult, model: str, request_id: s
 class StreamWriter:
     """Writes one streamed response as Server-Sent Events: headers and the role chunk on the first
     piece of text, a chunk per verification step's new text, then the final chunk (finish reason,
-    usage, `specsparse` object) and `data: [DONE]`."""
+    usage, `specsparse` object), with include_usage a usage chunk with empty choices, and `data: [DONE]`."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler, kind: str, model: str, request_id: str, created: int):
+    def __init__(self, handler: BaseHTTPRequestHandler, kind: str, model: str, request_id: str, created: int,
+                 include_usage: bool = False):
         self.handler = handler
         self.kind = kind
         self.head = {"id": request_id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
                      "created": created, "model": model}
+        self.include_usage = include_usage
         self.started = False
 
     def _choice(self, piece: str | None, finish: str | None) -> dict[str, Any]:
@@ -213,21 +312,70 @@ class StreamWriter:
         self.handler.end_headers()
         if self.kind == "chat":
             self.send_event({**self.head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                  "finish_reason": None}]})
+                                                       "finish_reason": None}]})
 
     def text(self, piece: str) -> None:
-        self.start()
-        self.send_event({**self.head, "choices": [self._choice(piece, None)]})
+        if piece:
+            self.start()
+            self.send_event({**self.head, "choices": [self._choice(piece, None)]})
 
-    def finish(self, result: ControllerResult) -> None:
+    def finish(self, result: ControllerResult, finish_reason: str) -> None:
         self.start()
-        self.send_event({**self.head, "choices": [self._choice(None, result.finish_reason)], "usage": usage(result),
-                    "specsparse": extension(result)})
+        last = {**self.head, "choices": [self._choice(None, finish_reason)], "specsparse": extension(result)}
+        if self.include_usage:
+            self.send_event(last)
+            self.send_event({**self.head, "choices": [], "usage": usage(result)})
+        else:
+            self.send_event({**last, "usage": usage(result)})
         self.send_event("[DONE]")
 
 
+class HeadersTooLargeError(ValueError):
+    """The request line plus headers exceed MAX_HEADER_BYTES."""
+
+
+class RequestReader(io.RawIOBase):
+    """A socket's input with one deadline for the whole request: each read may wait only until
+    `deadline`, so a client trickling bytes cannot hold the socket past it. Until `head_done()`,
+    at most `head_limit` bytes are read (a head needing more raises HeadersTooLargeError)."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float, head_limit: int) -> None:
+        super().__init__()
+        self.sock, self.deadline, self.head_left = sock, time.monotonic() + timeout_s, head_limit
+        self.timed_out = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.timed_out = True
+            raise TimeoutError("request deadline passed")
+        if self.head_left is not None:
+            if self.head_left <= 0:
+                raise HeadersTooLargeError
+            buffer = memoryview(buffer)[:self.head_left]
+        self.sock.settimeout(remaining)
+        try:
+            n = self.sock.recv_into(buffer)
+        except TimeoutError:
+            self.timed_out = True
+            raise
+        if self.head_left is not None:
+            self.head_left -= n
+        return n
+
+    def head_done(self) -> None:
+        self.head_left = None
+
+    @property
+    def in_head(self) -> bool:
+        return self.head_left is not None
+
+
 class SpecsparseServer(ThreadingHTTPServer):
-    """A threading HTTP server owning the controller and the bounded request queue."""
+    """A threading HTTP server owning the controller, the bounded request queue and the connection caps."""
 
     daemon_threads = True
     request_queue_size = 128  # the listen backlog: a burst waits for accept() instead of being reset
@@ -241,26 +389,78 @@ class SpecsparseServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(settings.max_queue + 1)
         self._count_lock = threading.Lock()
         self.in_flight = 0
-        # Connection threads (each holds one client, for at most client_timeout_s when it is silent).
-        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.connections: Counter[str] = Counter()  # open sockets per client address
+        self._refusing = threading.BoundedSemaphore(MAX_REFUSING)  # threads answering 503 to refused sockets
 
     def process_request(self, request, client_address) -> None:
-        """A thread per connection, at most MAX_CONNECTIONS; beyond that the client gets 503 at once."""
-        if not self._connections.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
-                                b"Connection: close\r\n\r\n")
-            except OSError:
-                pass
-            self.shutdown_request(request)
+        """A thread per connection within the caps; beyond them the client gets 503 at once."""
+        host = client_address[0]
+        with self._count_lock:
+            if self.connections.total() >= self.settings.max_connections:
+                refused = f"the server holds {self.settings.max_connections} connections"
+            elif self.connections[host] >= self.settings.max_client_connections:
+                refused = f"{host} holds {self.settings.max_client_connections} connections"
+            else:
+                refused = None
+                self.connections[host] += 1
+        if refused is not None:
+            if self._refusing.acquire(blocking=False):
+                threading.Thread(target=self._refuse, args=(request, refused), daemon=True).start()
+            else:  # a flood: no graceful answer
+                self.close_request(request)
             return
-        super().process_request(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release(host)
+            raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - as socketserver does: logged, and the server goes on
+            self.handle_error(request, client_address)
         finally:
-            self._connections.release()
+            self._release(client_address[0])  # the answer is sent: lingering does not count against the caps
+            self.shutdown_request(request)
+
+    def _release(self, host: str) -> None:
+        with self._count_lock:
+            self.connections[host] -= 1
+            if self.connections[host] <= 0:
+                del self.connections[host]
+
+    def _refuse(self, request: socket.socket, why: str) -> None:
+        error = ApiError(503, f"too many connections: {why}; retry later", "server_overloaded",
+                         code="too_many_connections")
+        body = json.dumps(error.body()).encode()
+        head = (f"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+        try:
+            request.sendall(head.encode() + body)
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
+            self._refusing.release()
+
+    def shutdown_request(self, request: socket.socket) -> None:
+        """A lingering close: after our FIN, read and drop what the client still sends until it closes
+        (at most LINGER_S). Closing a socket with unread input resets the connection, and the reset can
+        destroy a response (a 503 or 431 sent before the client finished sending) before it is read."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER_S
+            while (left := deadline - time.monotonic()) > 0:
+                request.settimeout(left)
+                if not request.recv(65536):
+                    break
+        except OSError:
+            pass
+        self.close_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        log.exception("error while serving %s", client_address[0])  # to the log, never to the client
 
     @property
     def url(self) -> str:
@@ -277,8 +477,8 @@ class SpecsparseServer(ThreadingHTTPServer):
         try:
             return self.controller.generate(
                 request.prompt, domain=request.domain, max_new_tokens=request.max_tokens,
-                num_draft_tokens=self.settings.num_draft_tokens, draft_length=self.settings.draft_length, temperature=request.temperature, seed=request.seed,
-                on_text=on_text,
+                num_draft_tokens=self.settings.num_draft_tokens, draft_length=self.settings.draft_length,
+                temperature=request.temperature, seed=request.seed, on_text=on_text,
             )
         except UnknownDomainError as err:
             raise _invalid(str(err), "domain") from None
@@ -302,27 +502,73 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     server: SpecsparseServer
     server_version = "specsparse"
+    default_request_version = "HTTP/1.0"  # a malformed request line still gets a status line and JSON
+    writer: StreamWriter | None = None
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
         log.info("%s %s", self.address_string(), format % args)
 
     def setup(self) -> None:
         super().setup()
-        self.connection.settimeout(self.server.settings.client_timeout_s)  # slow or silent clients are cut off
+        self.rfile.close()  # replaced by a reader with one deadline for the whole request
+        self.reader = RequestReader(self.connection, self.server.settings.request_timeout_s, MAX_HEADER_BYTES)
+        self.rfile = io.BufferedReader(self.reader)
+        self.requestline, self.request_version, self.command = "", "HTTP/1.0", ""  # until a request line arrives
 
-    def _authorized(self) -> bool:
-        """True when no key is set or the request carries it; otherwise answers 401."""
-        key = self.server.settings.api_key
-        if key is None or self.headers.get("Authorization", "") == f"Bearer {key}":
-            return True
-        self._send_error(ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                  "authentication_error", code="invalid_api_key"))
-        return False
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()  # it catches timeouts itself: it logs them, and answers nothing
+        except HeadersTooLargeError:
+            self.close_connection = True
+            self._send_error(ApiError(431, f"request line and headers exceed {MAX_HEADER_BYTES} bytes"))
+            return
+        if self.reader.timed_out and self.reader.in_head:
+            self._send_error(self._timeout_error())
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.reader.head_done()
+        return ok
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # From here on the socket timeout bounds each write: a client that stops reading is cut off.
+        self.connection.settimeout(self.server.settings.request_timeout_s)
+        super().send_response(code, message)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The HTTP layer's own errors (bad request line, too many headers, unknown method) as JSON too."""
+        self.close_connection = True
+        kind = "server_error" if code >= 500 else "invalid_request_error"
+        self._send_error(ApiError(code, message or HTTPStatus(code).phrase, kind))
 
     def do_GET(self) -> None:
+        self._respond(self._get)
+
+    def do_POST(self) -> None:
+        self._respond(self._post)
+
+    def _respond(self, handle: Callable[[str], None]) -> None:
         path = self.path.split("?", 1)[0]
-        if path != "/health" and not self._authorized():
-            return
+        try:
+            if path != "/health":
+                self._check_key()
+            handle(path)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True
+            log.info("client went away (or stopped reading) before the response ended")
+        except ApiError as err:
+            self._fail(err)
+        except Exception:  # a bug must not take the server down; the client gets a 500, the log the traceback
+            log.exception("%s %s failed", self.command, path)
+            self._fail(ApiError(500, "internal error; see the server log", "server_error"))
+
+    def _check_key(self) -> None:
+        key = self.server.settings.api_key
+        if key is not None and self.headers.get("Authorization", "") != f"Bearer {key}":
+            raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                           "authentication_error", code="invalid_api_key")
+
+    def _get(self, path: str) -> None:
         if path == "/health":
             self._send_json(200, self.server.health())
         elif path == "/v1/models":
@@ -330,61 +576,58 @@ class RequestHandler(BaseHTTPRequestHandler):
                      "owned_by": "specsparse", "specsparse": {"domains": list(self.server.controller.domains)}}
             self._send_json(200, {"object": "list", "data": [model]})
         elif path in ("/v1/chat/completions", "/v1/completions"):
-            self._send_error(ApiError(405, f"use POST for {path}", "invalid_request_error"))
+            raise ApiError(405, f"use POST for {path}")
         else:
-            self._send_error(ApiError(404, f"no such endpoint: GET {path}", "not_found_error"))
+            raise ApiError(404, f"no such endpoint: GET {path}", "not_found_error")
 
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if not self._authorized():
-            return
-        kinds = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
-        writer: StreamWriter | None = None
-        try:
-            if path not in kinds:
-                raise ApiError(404, f"no such endpoint: POST {path}", "not_found_error")
-            request = parse_request(self._read_json(), kinds[path], self.server.settings)
-            kind, model = kinds[path], self.server.settings.model_name
-            request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-            created = int(time.time())
-            writer = StreamWriter(self, kind, model, request_id, created) if request.stream else None
-            result = self.server.generate(request, writer.text if writer else None)
-            if writer is not None:
-                writer.finish(result)
-            else:
-                self._send_json(200, response_body(kind, result, model, request_id, created))
-        except (BrokenPipeError, ConnectionResetError):
-            log.info("client went away during a stream")
-        except ApiError as err:
-            self._fail(err, writer)
-        except Exception:  # a bug must not take the server down; the client gets a 500
-            log.exception("request to %s failed", path)
-            self._fail(ApiError(500, "internal error while generating; see the server log", "server_error"), writer)
+    def _post(self, path: str) -> None:
+        kind = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}.get(path)
+        if kind is None:
+            raise ApiError(404, f"no such endpoint: POST {path}", "not_found_error")
+        request = parse_request(self._read_json(), kind, self.server.settings)
+        model = self.server.settings.model_name
+        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        stops = StopFilter(request.stop)
+        if request.stream:
+            writer = self.writer = StreamWriter(self, kind, model, request_id, created, request.include_usage)
+            result = self.server.generate(request, lambda piece: writer.text(stops.feed(piece)))
+            writer.text(stops.flush())
+            writer.finish(result, "stop" if stops.stopped else result.finish_reason)
+        else:
+            result = self.server.generate(request)
+            text = stops.feed(result.text) + stops.flush()
+            finish_reason = "stop" if stops.stopped else result.finish_reason
+            self._send_json(200, response_body(kind, result, text, finish_reason, model, request_id, created))
 
-    def _fail(self, err: ApiError, writer: StreamWriter | None) -> None:
-        if writer is not None and writer.started:  # status already sent: end the stream with an error event
-            writer.send_event({"error": {"message": err.message, "type": err.type}})
+    def _fail(self, err: ApiError) -> None:
+        if self.writer is not None and self.writer.started:  # status already sent: end the stream with an error event
+            self.writer.send_event({"error": {"message": err.message, "type": err.type}})
             return
         self._send_error(err)
+
+    def _timeout_error(self) -> ApiError:
+        self.close_connection = True
+        return ApiError(408, f"request not received within {self.server.settings.request_timeout_s:g} s of connecting")
 
     def _read_json(self) -> dict[str, Any]:
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
-            raise ApiError(411, "a Content-Length header is required", "invalid_request_error")
+            raise ApiError(411, "a Content-Length header is required")
         if int(length) > MAX_BODY_BYTES:
-            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
+            self.close_connection = True
+            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
         try:
             raw = self.rfile.read(int(length))
         except TimeoutError:
-            self.close_connection = True
-            raise ApiError(408, f"request body not received within {self.server.settings.client_timeout_s:g} s",
-                           "invalid_request_error") from None
+            raise self._timeout_error() from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise _invalid(f"malformed JSON body: {err}") from None
         if not isinstance(body, dict):
             raise _invalid("the JSON body must be an object")
+        _check_unicode(body)
         return body
 
     def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -397,7 +640,8 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # gone (reset, broken pipe) or not reading (write timeout)
+            self.close_connection = True
             log.info("client went away before the response")
 
     def _send_error(self, err: ApiError) -> None:
@@ -422,12 +666,18 @@ def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
 def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8,
                 model_name: str | None = None, insecure: bool = False, **settings: Any) -> SpecsparseServer:
     """A bound (not yet serving) server; port 0 picks a free port (see `.url`). Call
-    `serve_forever()` (e.g. in a thread) and `shutdown()` / `server_close()` when done."""
+    `serve_forever()` (e.g. in a thread) and `shutdown()` / `server_close()` when done.
+    settings: the other `ServerSettings` fields; `max_client_connections` defaults to
+    max(8, max_queue + 2), room for every request the queue can take plus a health probe."""
     if max_queue < 0:
         raise ValueError(f"max_queue must be >= 0, got {max_queue}")
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be in 0..65535, got {port}")
+    for name in ("request_timeout_s", "max_connections", "max_client_connections"):
+        if settings.get(name) is not None and not 0 < settings[name] < float("inf"):
+            raise ValueError(f"{name} must be a number > 0, got {settings[name]}")
     check_bind(host, settings.get("api_key"), insecure)
+    if settings.get("max_client_connections") is None:
+        settings["max_client_connections"] = max(8, max_queue + 2)
     name = model_name or str(controller.target.identity.get("name", "specsparse"))
     return SpecsparseServer((host, port), controller, ServerSettings(name, max_queue, **settings))
-

@@ -18,6 +18,7 @@ import logging
 import shutil
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -60,6 +61,8 @@ def main(cfg: DictConfig) -> None:
         print(f"{'terminated' if isinstance(err, JobTerminated) else 'interrupted'}: {output_dir} "
               "(finished measurements are in the store; rerun the same command to resume)", file=sys.stderr)
         sys.exit(143 if isinstance(err, JobTerminated) else 130)
+    except Exception as err:  # noqa: BLE001 - a bug: one line here, the traceback in the job's run.log
+        return _fail(_unexpected(err, output_dir), multirun, output_dir)
     lines = [results_table(job), f"outputs: {plan.output_dir}", f"results store: {plan.store_path}",
              f"tables and plots: specsparse report {plan.output_dir.parent if multirun else plan.output_dir}"]
     log.info("\n%s", "\n".join(lines))  # the console and the job's run.log
@@ -72,6 +75,18 @@ def _preset_line(preset: str | None, overrides) -> str:
     if any(o.lstrip("+~").startswith("experiment=") for o in overrides):
         return f"preset: experiment={preset}"
     return f"preset: experiment={preset} (applied by default; `~experiment` runs the full-size settings)"
+
+
+def _unexpected(err: Exception, output_dir: Path) -> str:
+    """The error line of an exception nothing expected; its traceback goes to the job's run.log (the
+    job's reproduce.json already says "failed")."""
+    run_log = output_dir / "run.log"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with run_log.open("a") as file:
+        traceback.print_exception(err, file=file)
+    from specsparse.util import first_line
+
+    return f"error: job {output_dir.name} failed unexpectedly ({type(err).__name__}: {first_line(err)}); traceback in {run_log}"
 
 
 def _fail(message: str, multirun: bool, output_dir: Path) -> None:

@@ -138,3 +138,29 @@ def test_a_hydra_sweep_ends_with_the_table(tmp_path):
     (run_file,) = (sweep / "0_translation_bfs" / "wandb").glob("offline-run-*/run-*.wandb")
     run = next(r.run for r in wandb_records(run_file) if r.WhichOneof("record_type") == "run")
     assert (run.run_group, run.display_name) == (f"multirun-{sweep.name}", f"{sweep.name}/0_translation_bfs")
+
+
+def test_an_unexpected_error_in_a_job_is_one_line_and_the_sweep_goes_on(tmp_path):
+    """A bug inside a job (here a strategy that raises) is one `error:` line naming the job, its
+    traceback goes to the job's run.log, reproduce.json says failed, the other job runs, exit 2."""
+    (tmp_path / "boom.py").write_text(
+        "from specsparse.search.bfs import BFSSearch\n\n\n"
+        "class Boom(BFSSearch):\n    def ask(self):\n        raise RuntimeError('strategy bug')\n")
+    sweep = tmp_path / "multirun" / "boom"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", "model=tiny", "logger=none", "domain=translation",
+         "domain.limit=8", "generation.max_new_tokens=8", "tss.max_depth=1", "progress=false", "evaluate_test=false",
+         "search._target_=boom.Boom,specsparse.search.bfs.BFSSearch", f"paths.outputs={tmp_path}",
+         f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path)}, capture_output=True,
+        text=True, timeout=400,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "job 0_translation_bfs failed unexpectedly (RuntimeError: strategy bug)" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert "RuntimeError: strategy bug" in (sweep / "0_translation_bfs" / "run.log").read_text()
+    assert json.loads((sweep / "0_translation_bfs" / "reproduce.json").read_text())["status"] == "failed"
+    assert (sweep / "1_translation_bfs" / "summary.json").is_file()  # the sweep went on
+    failed_row = next(line for line in (sweep / "sweep_summary.md").read_text().splitlines() if "0_translation_bfs" in line)
+    assert "| failed: job 0_translation_bfs failed unexpectedly" in failed_row

@@ -71,6 +71,7 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from specsparse.config_map import ConfigMapError  # noqa: PLC0415
     from specsparse.jobs.report import ReportError, build_report, find_jobs, wandb_jobs  # noqa: PLC0415
+    from specsparse.jobs.store import StoreError  # noqa: PLC0415
 
     if args.mixed_stream is not None and args.mixed_stream < 1:
         return fail(f"--mixed-stream must be >= 1 test prompts per domain, got {args.mixed_stream}")
@@ -93,7 +94,7 @@ def run_report(args: argparse.Namespace) -> int:
         written = build_report(records, out, stores=args.store, strategy=args.strategy,
                                merge_config_map=args.merge_config_map, plots=not args.no_plots and not args.wandb,
                                mixed_stream=args.mixed_stream)
-    except (ReportError, ConfigMapError) as err:
+    except (ReportError, ConfigMapError, StoreError) as err:
         return fail(str(err))
     for kind, heading in (("table1", "Table 1: native vs TSS per domain"), ("table2", "Table 2: search strategies per domain")):
         print(heading)

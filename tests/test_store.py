@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.jobs.store import ResultsStore, measurement_from_dict, measurement_to_dict
+from specsparse.jobs.store import ResultsStore, StoreError, measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Measurement, PromptResult
 from specsparse.util import content_hash
 
@@ -192,3 +193,137 @@ def test_store_survives_process_killed_mid_write(tmp_path):
             m = store.get(f"k{i}")
             assert m.accept_length == 1.0 + i and len(m.per_prompt) == 20
         assert store.put("after", measurement(), meta())
+
+
+# -- files and rows the store refuses: one StoreError line naming the file and the fix, nothing replaced --
+def foreign_database(path):
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('keep me')")
+    conn.close()
+    return path
+
+
+def under_a_file(path):
+    path.write_text("notes\n")
+    return path / "store.sqlite"
+
+
+BAD_PATHS = {  # name: (make the path to open from tmp_path / "store.sqlite", words of the error)
+    "empty file": (lambda p: p.touch() or p, "is an empty file, not a results store: delete it"),
+    "short text file": (lambda p: p.write_text("notes\n") and p, "is damaged (file is not a database): move it aside"),
+    "long text file": (lambda p: p.write_text("notes\n" * 1000) and p, "is damaged (file is not a database)"),
+    "SQLite header, no pages": (lambda p: p.write_bytes(b"SQLite format 3\x00" + bytes(200)) and p, "is damaged"),
+    "another program's SQLite database": (foreign_database, "is an SQLite database but not a results store"),
+    "a folder": (lambda p: p.mkdir() or p, "is a folder: point paths.store at a file"),
+    "a path under a file": (under_a_file, "store.sqlite is a file, not a folder: point paths.store at"),
+}
+
+
+def snapshot(folder):
+    return {p: p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("case", BAD_PATHS)
+def test_a_file_that_is_not_a_results_store_is_refused_and_left_as_it_was(tmp_path, case):
+    make, words = BAD_PATHS[case]
+    path = make(tmp_path / "store.sqlite")
+    before = snapshot(tmp_path)
+    with pytest.raises(StoreError) as raised:
+        ResultsStore(path)
+    message = str(raised.value)
+    assert words in message and str(path) in message and "\n" not in message
+    assert snapshot(tmp_path) == before  # nothing replaced, nothing created beside it
+
+
+def test_a_new_store_is_made_only_where_no_file_exists(tmp_path):
+    path = tmp_path / "new" / "folder" / "store.sqlite"
+    with ResultsStore(path) as store:
+        assert len(store) == 0 and store.put("k", measurement(), meta())
+    assert sorted(p.name for p in path.parent.iterdir()) == ["store.sqlite"]  # nothing made aside is left
+    with ResultsStore(path) as reopened:
+        assert len(reopened) == 1
+
+
+def garble(path, key, column, text):
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE measurements SET {column} = ? WHERE key = ?", (text, key))
+    conn.close()
+
+
+GARBLED = [  # (column, stored text)
+    ("measurement", '{"accept_length": 2.5, "metric'),  # cut short
+    ("measurement", "[1, 2]"),  # JSON, not an object
+    ("measurement", "{}"),  # an object without the fields
+    ("measurement", '{"accept_length": 1, "metric": null, "modeled_cost": 0, "flops_fraction": 1, '
+                    '"modeled_tokens_per_s": 0, "new_tokens": 1, "target_forwards": 1, "wall_time_s": 0, '
+                    '"per_prompt": [7]}'),  # a per-prompt entry that is not an object
+    ("meta", "not json"),
+    ("meta", '"a string"'),
+]
+READERS = {
+    "get": lambda store, column: store.get("bad") if column == "measurement" else store.get_meta("bad"),
+    "rows": lambda store, column: store.rows(),
+    "to_dataframe": lambda store, column: store.to_dataframe(),
+    "described": lambda store, column: list(store.described()),
+}
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize(("column", "text"), GARBLED)
+def test_a_garbled_row_is_one_line_naming_its_key_and_the_fix(tmp_path, column, text, reader):
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path) as store:
+        store.put("good", measurement(), meta())
+        store.put("bad", measurement(), meta())
+    garble(path, "bad", column, text)
+    with ResultsStore(path) as store:
+        assert store.get("good") == measurement()  # the other rows still serve
+        with pytest.raises(StoreError) as raised:
+            READERS[reader](store, column)
+    message = str(raised.value)
+    assert "\n" not in message and str(path) in message
+    assert "the row with key bad is garbled" in message and "delete the row" in message and "or the store" in message
+
+
+def test_sqlite_errors_while_in_use_are_store_errors(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path, timeout_s=0.1) as store:
+        store.put("a", measurement(), meta())
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writing, and not finishing
+        try:
+            with pytest.raises(StoreError, match=r"r.sqlite: database is locked while writing to it: .*no other program"):
+                store.put("b", measurement(), meta())
+            assert store.get("a") == measurement()  # reading goes on beside a writer
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert store.put("b", measurement(), meta())
+
+
+def test_a_garbled_row_met_mid_job_is_one_error_line_from_run_py(tmp_path):
+    """The job opens a good store, loads the model and searches; a garbled row it meets on the way ends
+    it with exit code 2 and one `error:` line naming the key, no traceback."""
+    store = tmp_path / "store.sqlite"
+    args = [sys.executable, str(ROOT / "run.py"), "model=tiny", "logger=none", "domain.limit=10",
+            "generation.max_new_tokens=6", "tss.max_depth=1", "evaluate_test=false", "progress=false",
+            f"paths.store={store}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+    def job(name):
+        return subprocess.run([*args, f"hydra.run.dir={tmp_path / name}"], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=300)
+
+    assert job("first").returncode == 0
+    with ResultsStore(store) as s:
+        keys = [r["key"] for r in s.rows()]
+    assert len(keys) == 5  # dense, then the four single skips of the tiny model
+    garble(store, keys[-1], "measurement", "{garbled")  # read in the search's second round
+    done = job("second")
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert f"the row with key {keys[-1]} is garbled" in errors[0] and "delete the row" in errors[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert json.loads((tmp_path / "second" / "reproduce.json").read_text())["status"] == "failed"

@@ -8,6 +8,11 @@ Storage is one SQLite file in WAL mode. Each `put` is one transaction, so a proc
 loses at most the measurement in flight and the file stays readable. Rows are never updated or
 deleted; putting an existing key is a no-op.
 
+A new store is made only where no file exists (made aside, then linked into place, so a file at the
+path is always a whole store). An existing file must be a results store: an empty file, another
+program's file or database, a damaged file, a garbled row and every SQLite or I/O error are a
+`StoreError`, one line naming the file and the fix.
+
 Early-stopped measurements (`Measurement.early_stopped`) are stored too: they are valid evidence that a
 configuration is infeasible, but only for the thresholds that stopped them. The caller puts those
 thresholds into the key description, so they are only served back under the same thresholds.
@@ -22,12 +27,14 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from specsparse.types import Measurement, PromptResult
-from specsparse.util import atomic_write_text, canonical_json
+from specsparse.util import atomic_write_text, canonical_json, first_line
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     created REAL NOT NULL
 )
 """
+_COLUMNS = {"seq", "key", "meta", "measurement", "created"}
+_ELSEWHERE = "or point paths.store at another file"
 
 # Measurement fields that become dataframe columns (everything except per_prompt and chunk_counts).
 SCALAR_FIELDS: tuple[str, ...] = tuple(
@@ -97,7 +106,8 @@ def _freeze(v: Any) -> Any:
 
 
 class StoreError(RuntimeError):
-    """The store file cannot be used (not SQLite, truncated, corrupt); the message is one line."""
+    """The store cannot be used (not a results store, damaged, a garbled row, an SQLite or I/O error);
+    the message is one line naming the file and the fix."""
 
 
 class ResultsStore:
@@ -107,44 +117,117 @@ class ResultsStore:
     >>> key = content_hash(description)                           # doctest: +SKIP
     >>> store.get(key) or store.put(key, evaluate(...), description)  # doctest: +SKIP
 
-    One connection, guarded by a lock, is the single writer of this process.
+    One connection, guarded by a lock, is the single writer of this process. `timeout_s`: how long a
+    write waits for another process's write to end before it fails.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, timeout_s: float = 30.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per put.
-        self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
+        if self.path.is_dir():
+            raise StoreError(f"results store {self.path} is a folder: point paths.store at a file, "
+                             f"e.g. {self.path / 'store.sqlite'}")
+        with self._errors("opening it"):
+            if not self.path.exists():
+                self._create()
+            self._conn = self._open()
+
+    def _create(self) -> None:
+        """An empty store at `path`, made aside and linked into place: whatever kills this process, a
+        file at `path` is a whole store, and one that another process made meanwhile is kept."""
+        above = next(p for p in self.path.parents if p.exists())
+        if not above.is_dir():
+            raise StoreError(f"results store {self.path}: {above} is a file, not a folder: point paths.store at "
+                             "a file in a folder")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        aside = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.new")
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL is crash-safe for process death in WAL mode (only power loss can drop the last commits).
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
+            conn = sqlite3.connect(aside, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(_SCHEMA)
+            finally:
+                conn.close()
+            try:
+                os.link(aside, self.path)  # unlike a rename, never replaces a file
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links (exFAT): rename, unless a store appeared meanwhile
+                if not self.path.exists():
+                    os.rename(aside, self.path)
+        finally:
+            aside.unlink(missing_ok=True)
+
+    def _open(self) -> sqlite3.Connection:
+        """A connection to the existing file at `path`, once it is known to be an undamaged results store."""
+        if self.path.stat().st_size == 0:
+            raise StoreError(f"results store {self.path} is an empty file, not a results store: delete it "
+                             f"(a new store is made in its place) {_ELSEWHERE}")
+        # mode=rw: SQLite opens what is there and never makes a new file.
+        conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, isolation_level=None,
+                               check_same_thread=False, timeout=self.timeout_s)
+        try:
             # quick_check reads every page once (well under a second for 10k rows): damage shows now,
             # not in the middle of a sweep.
-            problem = self._conn.execute("PRAGMA quick_check").fetchone()[0]
-        except sqlite3.DatabaseError as err:
-            problem = str(err)
-        if problem != "ok":
-            self._conn.close()
+            problem = conn.execute("PRAGMA quick_check").fetchone()[0]
+            if problem != "ok":
+                raise sqlite3.DatabaseError(problem)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
+            if not _COLUMNS <= columns:
+                raise StoreError(f"results store {self.path} is an SQLite database but not a results store "
+                                 f"(no measurements table): give paths.store a file of its own")
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is crash-safe for process death in WAL mode (only power loss can drop the last commits).
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """SQLite and I/O errors as one StoreError line naming the file and the fix."""
+        try:
+            yield
+        except sqlite3.OperationalError as err:  # locked, disk full, read-only, I/O error
+            raise StoreError(f"results store {self.path}: {first_line(err)} while {doing}: free disk space, check "
+                             f"the file's permissions and that no other program holds it, {_ELSEWHERE}") from None
+        except sqlite3.DatabaseError as err:  # not a database, malformed
+            raise StoreError(f"results store {self.path} is damaged ({first_line(err)}): move it aside and rerun "
+                             f"(measurements are remeasured), {_ELSEWHERE}") from None
+        except OSError as err:
+            raise StoreError(f"results store {self.path}: {err.strerror or first_line(err)} ({err.filename}) while "
+                             f"{doing}: point paths.store at a file in a folder you can write") from None
+
+    def _decoded(self, key: str, text: str, measurement: bool = False) -> Any:
+        """A row's JSON column (its meta dict, or its Measurement); a garbled one is a StoreError."""
+        try:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError(f"JSON {type(value).__name__}, not an object")
+            return measurement_from_dict(value) if measurement else value
+        except (ValueError, TypeError, AttributeError, KeyError) as err:
             raise StoreError(
-                f"results store {self.path} is damaged ({problem}): move it aside and rerun "
-                "(measurements are remeasured), or point paths.store at another file"
-            )
+                f"results store {self.path}: the row with key {key} is garbled ({first_line(err)}): delete the row "
+                f"(sqlite3 {self.path} \"DELETE FROM measurements WHERE key = '{key}'\"; it is measured again) "
+                "or the store"
+            ) from None
+
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock, self._errors("reading it"):
+            return self._conn.execute(sql, params).fetchall()
 
     # -- single measurements -------------------------------------------------------------------
     def get(self, key: str) -> Measurement | None:
         """The Measurement stored under `key`, or None."""
-        with self._lock:
-            row = self._conn.execute("SELECT measurement FROM measurements WHERE key = ?", (key,)).fetchone()
-        return None if row is None else measurement_from_dict(json.loads(row[0]))
+        rows = self._query("SELECT measurement FROM measurements WHERE key = ?", (key,))
+        return self._decoded(key, rows[0][0], measurement=True) if rows else None
 
     def get_meta(self, key: str) -> dict[str, Any] | None:
         """The description stored with `key`, or None."""
-        with self._lock:
-            row = self._conn.execute("SELECT meta FROM measurements WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        rows = self._query("SELECT meta FROM measurements WHERE key = ?", (key,))
+        return self._decoded(key, rows[0][0]) if rows else None
 
     def put(self, key: str, measurement: Measurement, meta: Mapping[str, Any]) -> bool:
         """Store `measurement` under `key` with its description `meta`, in one transaction.
@@ -153,42 +236,31 @@ class ResultsStore:
         """
         meta_text = canonical_json(dict(meta))
         m_text = json.dumps(measurement_to_dict(measurement))
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._conn.execute(
-                    "INSERT OR IGNORE INTO measurements (key, meta, measurement, created) VALUES (?, ?, ?, ?)",
-                    (key, meta_text, m_text, time.time()),
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, self._errors("writing to it"):
+            # One statement outside BEGIN ... COMMIT: SQLite runs it as one transaction.
+            cur = self._conn.execute(
+                "INSERT OR IGNORE INTO measurements (key, meta, measurement, created) VALUES (?, ?, ?, ?)",
+                (key, meta_text, m_text, time.time()),
+            )
         written = cur.rowcount == 1
         if not written:
             log.debug("store: key %s already present, put ignored", key[:12])
         return written
 
     def __contains__(self, key: object) -> bool:
-        with self._lock:
-            return self._conn.execute("SELECT 1 FROM measurements WHERE key = ?", (key,)).fetchone() is not None
+        return bool(self._query("SELECT 1 FROM measurements WHERE key = ?", (key,)))
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+        return self._query("SELECT COUNT(*) FROM measurements")[0][0]
 
     # -- tables --------------------------------------------------------------------------------
-    def _iter_raw(self) -> Iterator[tuple[str, str, str, float]]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT key, meta, measurement, created FROM measurements ORDER BY seq"
-            ).fetchall()
-        yield from rows
+    def _iter_raw(self) -> list[tuple[str, str, str, float]]:
+        return self._query("SELECT key, meta, measurement, created FROM measurements ORDER BY seq")
 
     def described(self) -> Iterator[tuple[dict[str, Any], Measurement]]:
         """(meta, Measurement with its per-prompt results) of every stored measurement, in insertion order."""
-        for _, meta_text, m_text, _ in self._iter_raw():
-            yield json.loads(meta_text), measurement_from_dict(json.loads(m_text))
+        for key, meta_text, m_text, _ in self._iter_raw():
+            yield self._decoded(key, meta_text), self._decoded(key, m_text, measurement=True)
 
     def rows(self, **filters: Any) -> list[dict[str, Any]]:
         """One dict per measurement in insertion order: `key`, the flattened meta fields ("a.b" for
@@ -203,10 +275,10 @@ class ResultsStore:
         out = []
         for key, meta_text, m_text, created in self._iter_raw():
             row: dict[str, Any] = {"key": key}
-            for name, value in flatten(json.loads(meta_text)).items():
+            for name, value in flatten(self._decoded(key, meta_text)).items():
                 row[f"meta.{name}" if name in reserved else name] = value
-            m = json.loads(m_text)
-            row.update({name: m.get(name) for name in SCALAR_FIELDS})
+            m = self._decoded(key, m_text, measurement=True)
+            row.update({name: getattr(m, name) for name in SCALAR_FIELDS})
             row["created"] = created
             if all(k in row and row[k] == v for k, v in wanted.items()):
                 out.append(row)

@@ -17,12 +17,11 @@ def measure_candidates(
     on_result: OnResult | None = None,
     progress: bool = True,
 ) -> list[Measurement]:
-    """Measure `candidates` with this process's Evaluator for `spec`, a group at a time (batched
-    together in replay mode), handing each measurement to `on_result` as its group finishes, so a
-    killed job loses at most one group."""
+    """Measure `candidates` with this process's Evaluator for `spec`, a pass at a time (in replay mode
+    one batched pass measures `configurations_per_pass` of them together), handing each measurement to
+    `on_result` as its pass ends, so a killed job loses at most the pass in flight."""
     evaluator = evaluator_for(spec)
-    # About two batches of rows per group: full batches, and little lost to a kill.
-    group = max(1, 2 * evaluator.batch_size // len(evaluator.examples)) if spec.measure.mode == "replay" else 1
+    group = configurations_per_pass(evaluator.batch_size, len(evaluator.examples)) if spec.measure.mode == "replay" else 1
     results = []
     for first in range(0, len(candidates), group):
         chunk = list(candidates[first : first + group])
@@ -31,6 +30,14 @@ def measure_candidates(
             if on_result is not None:
                 on_result(candidate, measurement)
     return results
+
+
+def configurations_per_pass(batch_size: int, n_examples: int) -> int:
+    """The fewest configurations whose rows (one per example) fill a batch: a pass then loses less than
+    a batch of rows plus one configuration's to a kill. Measured on SmolLM2-135M and the tiny model, a
+    search level measured so takes no longer than in one pass; passes of fewer rows than a batch run
+    part-empty batches and take longer."""
+    return max(1, -(-batch_size // n_examples))
 
 
 class LocalRunner:

@@ -8,6 +8,8 @@ from typing import Any
 
 from specsparse.util import locate
 
+MAX_NEW_TOKENS = 1 << 20  # far beyond any model's context: larger values are typos, and overflow tensors
+
 
 @dataclass(frozen=True)
 class GenerationConfig:
@@ -30,8 +32,8 @@ class GenerationConfig:
     verify_cost_per_token: float = 0.09
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}, got {self.max_new_tokens}")
         if self.num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {self.num_draft_tokens}")
         if self.temperature < 0:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -122,6 +122,14 @@ class Drafter:
                 "use drafter=self_skip, drafter=draft_model or drafter=eagle for vocabulary trimming"
             )
         return cls(**options)
+
+    @classmethod
+    def check_options(cls, **options: Any) -> None:
+        """ValueError for option values this drafter would refuse, found without a model (config
+        validation calls it before anything loads). A drafter built from its options alone builds
+        one; drafters that need the target override this."""
+        if cls.from_target.__func__ is Drafter.from_target.__func__:
+            cls(**options)
 
     def head_shape(self) -> tuple[int, int, float]:
         """For drafters with an LM head: (full vocabulary, hidden size, matmul FLOPs per drafted

@@ -30,6 +30,10 @@ class TokenRecyclingDrafter(Drafter):
             super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         return cls(vocab_size=target.model.config.vocab_size, **options)
 
+    @classmethod
+    def check_options(cls, **options) -> None:
+        cls(vocab_size=1, **options)  # the vocabulary comes from the target; the rest is checked as built
+
     def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None) -> None:
         if vocab_size < 1 or top_k < 1:
             raise ValueError(f"vocab_size and top_k must be >= 1, got {vocab_size}, {top_k}")

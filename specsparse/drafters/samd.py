@@ -36,6 +36,15 @@ class SuffixAutomatonDrafter(Drafter):
                     if recycling_fallback else None)
         return cls(min_match=min_match, fallback=fallback)
 
+    @classmethod
+    def check_options(cls, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
+                      recycling_tree: Sequence[int] | None = None) -> None:
+        from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
+
+        cls(min_match=min_match)
+        if recycling_fallback:
+            TokenRecyclingDrafter.check_options(top_k=recycling_top_k, tree=recycling_tree)
+
     def __init__(self, min_match: int = 2, fallback: Drafter | None = None) -> None:
         if min_match < 1:
             raise ValueError(f"min_match must be >= 1, got {min_match}")

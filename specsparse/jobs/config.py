@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +114,10 @@ def build_plan(
     generation = _generation(config.get("generation") or {})
     measure = _measure(config.get("measure") or {})
     drafter = _drafter(config["drafter"], model, cwd_path)
-    domain, data = _domain(config["domain"], cwd_path, bool(config.get("evaluate_test", True)))
+    domain, data = _domain(config["domain"], cwd_path, _flag(config, "evaluate_test"))
+    if generation.temperature > 0 and _drafts_trees(drafter.options):
+        raise ConfigError(f"drafter {drafter.name} drafts token trees, which verify greedily only: use "
+                          "generation.temperature=0, or chains (leave out the drafter's tree / branches options)")
     search, max_measurements = _search(config["search"], model, drafter)
     runner = _component(config["runner"], "runner", required="evaluate_batch")
     logger = _component(config["logger"], "logger") if config["logger"] else None  # logger=none
@@ -123,7 +128,10 @@ def build_plan(
         cost_profile=_cost_profile(config.get("cost") or {}, model, cwd_path),
     )
     paths = config.get("paths") or {}
-    store = _absolute(paths.get("store") or "outputs/store.sqlite", cwd_path)
+    store = paths.get("store", "outputs/store.sqlite")
+    if not isinstance(store, str) or not store:
+        raise ConfigError(f"paths.store={store!r}: give the results store's file path (default outputs/store.sqlite)")
+    store = _absolute(store, cwd_path)
     return JobPlan(
         evaluation=evaluation,
         search=search,
@@ -134,8 +142,8 @@ def build_plan(
         output_dir=_absolute(output_dir, cwd_path),
         max_measurements=max_measurements,
         timing_prompts=_timing_prompts(config.get("timing_prompts", 24)),
-        evaluate_test=bool(config.get("evaluate_test", True)),
-        progress=bool(config.get("progress", True)),
+        evaluate_test=_flag(config, "evaluate_test"),
+        progress=_flag(config, "progress"),
         experiment=config.get("experiment_name"),
         seed=_integer(config, "seed"),
         choices=dict(choices or {}),
@@ -143,6 +151,10 @@ def build_plan(
         overrides=tuple(overrides),
         data=data,
     )
+
+
+def _drafts_trees(options: Mapping[str, Any]) -> bool:
+    return any(options.get(k) for k in ("tree", "tree_choices", "recycling_tree")) or (options.get("branches") or 1) > 1
 
 
 def _vocab_corpus(value: Any, cwd: Path) -> tuple[str, ...]:
@@ -189,6 +201,14 @@ def _cost_profile(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> str | 
     return str(path)
 
 
+def _exclude_ids(value: Any) -> tuple[str, ...]:
+    """A list of example ids (one id alone is a list of one, not of its characters)."""
+    ids = [value] if isinstance(value, str) else list(value or ())
+    if not all(isinstance(i, str) and i for i in ids):
+        raise ConfigError(f"domain.exclude_ids={value!r} must be a list of example ids, e.g. [qa-00000]")
+    return tuple(ids)
+
+
 def _timing_prompts(value: Any) -> int | None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise ConfigError(f"timing_prompts={value!r}: give a positive number of test prompts, or null for all")
@@ -232,9 +252,9 @@ def _model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
 
 
 def _check_device(device: str) -> None:
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise ConfigError(f"model.device={device!r}: use cpu, cuda, cuda:N (N = 0, 1, ...) or mps")
     kind = device.split(":", 1)[0]
-    if kind not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"model.device={device!r}: use cpu, cuda, cuda:N or mps")
     if kind == "cuda":
         import torch  # noqa: PLC0415
 
@@ -270,7 +290,7 @@ def _generation(cfg: Mapping[str, Any]) -> GenerationConfig:
         raise ConfigError(f"generation: {err}") from None
 
 
-_KIND_NAMES = {int: "an int", float: "a number", bool: "a bool", str: "a string"}
+_KIND_NAMES = {int: "an int", float: "a finite number", bool: "a bool", str: "a string"}
 
 
 def _is_a(value: Any, kind: type) -> bool:
@@ -279,13 +299,21 @@ def _is_a(value: Any, kind: type) -> bool:
         return isinstance(value, kind)
     if kind is int:
         return is_int(value)
-    return is_number(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def _integer(config: Mapping[str, Any], key: str, name: str | None = None) -> int:
+    """A seed-like integer: every generator it feeds takes 0 .. 2**63 - 1."""
     value = config.get(key, 0)
-    if not is_int(value):
-        raise ConfigError(f"{name or key}={value!r} must be an integer")
+    if not is_int(value) or not 0 <= value < 2**63:
+        raise ConfigError(f"{name or key}={value!r} must be an integer in 0..2**63-1")
+    return value
+
+
+def _flag(config: Mapping[str, Any], key: str) -> bool:
+    value = config.get(key, True)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true or false")
     return value
 
 
@@ -343,6 +371,26 @@ def _accepted(obj: Any, skip: Sequence[str]) -> str:
     return ", ".join(n for n in _parameters(obj) or {} if n not in skip) or "none"
 
 
+_ANNOTATED_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _check_option_types(obj: Any, options: Mapping[str, Any], where: str) -> None:
+    """Each option whose parameter is annotated with plain kinds (`int`, `float | None`, `bool`, ...)
+    holds one of them, strictly (a bool is not an int, a float is finite): the one check every
+    component's options go through, before anything loads. Other annotations are left to the class."""
+    for name, param in (_parameters(obj) or {}).items():
+        if name not in options or not isinstance(param.annotation, str):
+            continue
+        kinds = [k.strip() for k in param.annotation.split("|")]
+        if not set(kinds) <= {*_ANNOTATED_KINDS, "None"}:
+            continue
+        value = options[name]
+        if value is None and "None" in kinds or any(_is_a(value, _ANNOTATED_KINDS[k]) for k in kinds if k != "None"):
+            continue
+        wanted = " or ".join(_KIND_NAMES[_ANNOTATED_KINDS[k]] if k != "None" else "null" for k in kinds)
+        raise ConfigError(f"{where}.{name}={value!r} must be {wanted}")
+
+
 def _check_layers(value: Any, key: str, model: ModelInfo, skip_set: bool = True) -> None:
     """Layer indices in range for the model (and, for a skip set, leaving at least one layer)."""
     if not isinstance(value, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
@@ -372,6 +420,11 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
         raise ConfigError(
             f"drafter {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(where, ('target', 'vocab_ids'))})"
         )
+    _check_option_types(where, options, "drafter")
+    try:
+        cls.check_options(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"drafter {cls.name}: {first_line(err)}") from None
     if "skip_layers" in options:  # a drafter's skip set indexes the target's layers
         _check_layers(options["skip_layers"], "drafter.skip_layers", model)
     if "path" in options and not options["path"]:
@@ -388,7 +441,7 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
 
 def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainSpec, dict[str, Any]]:
     name = cfg.get("name")
-    if name not in DOMAINS:
+    if not isinstance(name, str) or name not in DOMAINS:
         raise ConfigError(f"domain.name={name!r} is unknown: use one of {', '.join(DOMAINS)}")
     source = cfg.get("source", "builtin")
     if source not in SOURCES:
@@ -412,7 +465,7 @@ def _domain(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainS
         limit=limit,
         calibration_fraction=float(fraction),
         split_seed=_integer(cfg, "split_seed", "domain.split_seed"),
-        exclude_ids=tuple(cfg.get("exclude_ids") or ()),
+        exclude_ids=_exclude_ids(cfg.get("exclude_ids")),
     )
     if source == "hf":  # loading may need the network; the job reports problems when it loads
         return spec, {}
@@ -442,7 +495,7 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
     target, options = _split_target(cfg, "search")
     cls = _locate(target, "search", SearchStrategy)
     budget = options.pop("max_measurements", None)
-    if budget is not None and (not isinstance(budget, int) or budget < 1):
+    if budget is not None and (not is_int(budget) or budget < 1):
         raise ConfigError(f"search.max_measurements must be a positive integer or null, got {budget!r}")
     if issubclass(cls, TPEVocabSearch) and not drafter.cls.trims_vocabulary:
         raise ConfigError(
@@ -456,6 +509,7 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
     unknown = _unknown_options(cls, options, skip=context)
     if unknown:
         raise ConfigError(f"search {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls, context)})")
+    _check_option_types(cls, options, "search")
     if issubclass(cls, LayerSkipSearch) and model.num_layers is not None:
         try:
             cls(num_layers=model.num_layers, **options)
@@ -474,6 +528,7 @@ def _component(cfg: Mapping[str, Any], group: str, required: str | None = None) 
     unknown = _unknown_options(cls, options)
     if unknown:
         raise ConfigError(f"{group} {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(cls, ())})")
+    _check_option_types(cls, options, group)
     check = getattr(cls, "check_options", None)
     if check is not None:
         try:

@@ -1,0 +1,115 @@
+"""Benchmark scripts end to end on the tiny random model (no network; writes only under tmp_path)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name):
+    """scripts/<name>.py as a module (registered first: its dataclasses look their module up)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+# Three categories (two of them one domain's), more questions than are drawn, ids out of order.
+QUESTIONS = [
+    {"question_id": 162, "category": "translation", "turns": ["Translate German to English: Guten Morgen, wie geht es?"]},
+    {"question_id": 161, "category": "translation", "turns": ["Translate German to English: Das Haus ist alt und gross."]},
+    {"question_id": 81, "category": "writing", "turns": ["Write a short poem about the sea.", "Now make it rhyme."]},
+    {"question_id": 82, "category": "writing", "turns": ["Write a haiku about rain.", "Translate it to French."]},
+    {"question_id": 91, "category": "roleplay", "turns": ["Pretend to be a pirate and greet me.", "Say goodbye."]},
+]
+
+
+def test_bench_engine_spec_bench_mode_keeps_per_prompt_timings_and_intervals(tmp_path):
+    questions = tmp_path / "question.jsonl"
+    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    output = tmp_path / "out" / "bench.json"
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_engine.py"), "--model", "tiny", "--spec-bench", str(questions),
+         "--per-category", "1", "--max-new-tokens", "8", "--repeats", "1", "--skip", "1", "--self-skip", "1-2",
+         "--output", str(output)],
+        cwd=tmp_path, env=env, check=True, capture_output=True, text=True, timeout=300,
+    )
+    result = json.loads(output.read_text())
+
+    prompts = result["prompts"]
+    assert [p["category"] for p in prompts] == ["writing", "roleplay", "translation"]  # file order of categories
+    assert {p["question_id"] for p in prompts} <= {q["question_id"] for q in QUESTIONS}
+    assert all(p["id"] == f"spec_bench-{p['category']}-{p['question_id']}" for p in prompts)
+    assert {"hf_greedy", "hf_prompt_lookup", "ours_dense", "ours_pld", "ours_pld_adaptive", "ours_samd"} <= set(result["timings"])
+    for name, timing in result["timings"].items():
+        assert len(timing["new_tokens"]) == len(timing["seconds"]) == len(prompts), name
+        assert all(len(per_repeat) == 1 and per_repeat[0] > 0 for per_repeat in timing["seconds"]), name
+        assert all(0 < per_repeat[0] <= 8 for per_repeat in timing["new_tokens"]), name
+        assert all(len(per_repeat) == 1 and per_repeat[0] > 0 for per_repeat in timing["cpu_seconds"]), name
+    assert result["timings"]["hf_greedy"]["forward_seconds"] is None
+    assert "ours_pld_adaptive / hf_prompt_lookup" in result["ratios"]
+    for name, ratio in result["ratios"].items():
+        for interval in (ratio, ratio.get("cpu", ratio)):  # over wall seconds and over CPU seconds
+            assert 0 < interval["low"] <= interval["point"] <= interval["high"], name
+    assert len(result["identical"]["ours_pld"]) == len(prompts)
+    markdown = output.with_suffix(".md").read_text()
+    for p in prompts:
+        assert f"- {p['category']}: {p['question_id']}" in markdown
+    assert sorted(path.name for path in tmp_path.rglob("*") if path.is_file()) == ["bench.json", "bench.md", "question.jsonl"]
+
+
+def test_bench_engine_draws_per_category_by_seed(tmp_path):
+    from specsparse.decoding.models import tiny_tokenizer
+
+    bench = load_script("bench_engine")
+    rows = [{"question_id": 400 + i, "category": "qa", "turns": [f"question {i}?"]} for i in range(10)]
+    questions = tmp_path / "question.jsonl"
+    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS + rows))
+
+    def draw(seed, categories=None):
+        return [p.id for p in bench.spec_bench_prompts(tiny_tokenizer(), str(questions), 2, seed, categories)]
+
+    first = draw(0)
+    assert first == draw(0)
+    assert [i.split("-")[1] for i in first] == ["writing", "writing", "roleplay", "translation", "translation", "qa", "qa"]
+    qa = [int(i.rsplit("-", 1)[1]) for i in first if "-qa-" in i]
+    assert qa == sorted(qa)
+    assert {tuple(draw(seed)) for seed in range(5)} != {tuple(first)}  # the seed changes the draw
+    assert draw(0, ["qa"]) == [i for i in first if "-qa-" in i]  # a category's draw ignores the others
+    with pytest.raises(SystemExit):
+        draw(0, ["rag"])
+
+
+def test_bench_engine_resumes_an_interrupted_run_without_rerunning_its_prompts(tmp_path):
+    bench = load_script("bench_engine")
+    prompts = [bench.Prompt(f"spec_bench-qa-{i}", "qa", i, (1, 2, i)) for i in range(3)]
+    calls = []
+
+    def method(name, fail_on=None):
+        def run(ids):
+            calls.append((name, ids[-1]))
+            if ids[-1] == fail_on:
+                raise KeyboardInterrupt
+            ours = name.startswith("ours")
+            return bench.Run([ids[-1]] * 2, 0.5, [2] if ours else None, 0.4 if ours else None)
+        return run
+
+    checkpoint, settings = tmp_path / "bench.runs.json", {"k": 5}
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_all({"hf": method("hf", fail_on=2), "ours": method("ours")}, prompts, 1, checkpoint, settings)
+    calls.clear()
+    runs = bench.run_all({"hf": method("hf"), "ours": method("ours")}, prompts, 1, checkpoint, settings, resume=True)
+    assert calls == [("hf", 0), ("ours", 0), ("hf", 2), ("ours", 2)]  # the warm-up, then only the missing prompt
+    assert [per_method["hf"].tokens for per_method in runs[0]] == [[0, 0], [1, 1], [2, 2]]
+    timings = bench.timings_of(runs)
+    assert timings["hf"]["forward_seconds"] is None and timings["ours"]["seconds"].shape == (3, 1)
+    with pytest.raises(SystemExit):  # a checkpoint of other settings is not mixed in
+        bench.run_all({"hf": method("hf"), "ours": method("ours")}, prompts, 1, checkpoint, {"k": 4}, resume=True)

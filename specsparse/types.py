@@ -16,7 +16,8 @@ class GenerationConfig:
     """How one request is decoded.
 
     `num_draft_tokens` is k, the longest chain a drafter may propose per step.
-    `draft_length`: "fixed" drafts k tokens every step (the papers); "adaptive" (a deviation, faster)
+    `draft_length`: "fixed" drafts k tokens every step (the papers); "adaptive" (a deviation, slower than fixed
+    drafting on Spec-Bench here: BENCHMARKS.md)
     drafts n <= k chosen per step from the request's own acceptance so far and the modeled cost of
     verifying more tokens, `verify_cost_per_token` of a one-token forward per extra token
     (`engine.AdaptiveDraftLength`). Output is the same either way; accept lengths are not.

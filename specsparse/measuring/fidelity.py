@@ -22,6 +22,8 @@ NAME = "chrF vs dense output"
 
 @functools.lru_cache(maxsize=4096)
 def _chrf(reply: str, dense_reply: str) -> float:
+    if reply == dense_reply:  # chrF scores two empty or all-blank replies 0; they are the same reply
+        return 100.0
     return float(sacrebleu.sentence_chrf(reply, [dense_reply]).score)
 
 

@@ -338,12 +338,13 @@ def markdown(header: str, prompts: list[Prompt], rows: list[dict], ratios: dict,
         forwards = row["target_forwards"] if row["target_forwards"] is not None else "-"
         same = f"{row['reference']}: {row['identical_prompts']}/{n}" if row["reference"] else "-"
         lines.append(f"| {row['method']} | {row['tokens_per_s']:.1f} | {accept} | {forwards} | {row['new_tokens']} | {same} |")
-    lines += ["", f"| ratio (tokens/s) | pooled | 95% CI over {n} prompts (paired bootstrap) | range over {repeats} repeats "
-              "| by CPU time [95% CI] |", "|---|---|---|---|---|"]
+    spread = f" range over {repeats} repeats |" if repeats > 1 else ""
+    lines += ["", f"| ratio (tokens/s) | pooled | 95% CI over {n} prompts (paired bootstrap) |{spread} by CPU time [95% CI] |",
+              "|---|---|---|" + "---|" * (2 if spread else 1)]
     for name, r in ratios.items():
-        spread = f"{r['repeat_range'][0]:.3f}-{r['repeat_range'][1]:.3f}" if repeats > 1 else "-"
+        spread = f" {r['repeat_range'][0]:.3f}-{r['repeat_range'][1]:.3f} |" if repeats > 1 else ""
         cpu = f"{r['cpu']['point']:.3f} [{r['cpu']['low']:.3f}-{r['cpu']['high']:.3f}]" if "cpu" in r else "-"
-        lines.append(f"| {name} | {r['point']:.3f} | {r['low']:.3f}-{r['high']:.3f} | {spread} | {cpu} |")
+        lines.append(f"| {name} | {r['point']:.3f} | {r['low']:.3f}-{r['high']:.3f} |{spread} {cpu} |")
     return "\n".join(lines)
 
 

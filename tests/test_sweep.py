@@ -88,11 +88,12 @@ def test_markdown_and_csv(sweep_dir):
     assert (table[0]["skip_layers"], table[0]["measured_speedup_low"], table[2]["verdict"]) == ("[3, 7]", "1.12", "failed")
 
 
-def test_the_callback_writes_the_table_and_exits_2_when_a_job_failed(sweep_dir, monkeypatch, capsys):
+def test_the_callback_writes_the_table_and_exits_2_when_a_job_failed(sweep_dir, monkeypatch, caplog):
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
     monkeypatch.setattr(sweep_module, "FAILED", [])
-    SweepSummary().on_multirun_end(config)  # no failure: no exit
-    assert "| 0_qa_bfs |" in capsys.readouterr().out
+    with caplog.at_level("INFO", logger=sweep_module.log.name):
+        SweepSummary().on_multirun_end(config)  # no failure: no exit
+    assert "| 0_qa_bfs |" in caplog.text
     assert (sweep_dir / "sweep_summary.md").read_text() == to_markdown(sweep_rows(sweep_dir))
     monkeypatch.setattr(sweep_module, "FAILED", list(FAILED))
     with pytest.raises(SystemExit) as exit_info:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, write_config_map
-from specsparse.measuring.fidelity import fidelity_interval, fidelity_scores
+from specsparse.measuring.fidelity import fidelity_scores
 from specsparse.metrics import SCALE, metric_description
 from specsparse.search.base import SearchResult
 from specsparse.types import Candidate, Measurement
@@ -104,12 +104,12 @@ def write_measurements_csv(path: str | os.PathLike, result: SearchResult, metric
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(MEASUREMENT_COLUMNS)
     for i, (c, m) in enumerate(result.history):
-        fidelity = fidelity_interval(result.dense, m)
+        fidelity = fidelity_scores(result.dense, m)  # the mean is written: no interval to bootstrap
         writer.writerow([
             i, c.label, json.dumps(list(c.skip_layers)), len(c.skip_layers),
             "" if c.vocab_size is None else c.vocab_size, m.accept_length,
             "" if description is None else description["name"], "" if m.metric is None else SCALE * m.metric,
-            "" if fidelity is None else fidelity.point, m.modeled_cost, m.modeled_tokens_per_s,
+            "" if fidelity is None else sum(fidelity) / len(fidelity), m.modeled_cost, m.modeled_tokens_per_s,
             m.modeled_verify_cost, m.flops_fraction, m.new_tokens, m.target_forwards, m.early_stopped,
             c in feasible, c in pareto, c == result.selected,
         ])

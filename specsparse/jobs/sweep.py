@@ -132,10 +132,9 @@ class SweepSummary(Callback):
         markdown = to_markdown(rows)
         atomic_write_text(sweep / "sweep_summary.md", markdown)
         atomic_write_text(sweep / "sweep_summary.csv", to_csv(rows))
-        # The sweep's closing output for the person who started it, like run.py's results table (logging
-        # here would also land in the last job's run.log, where Hydra left the file handler).
-        print(f"\nsweep: {len(rows)} job(s)\n{markdown}written: {sweep / 'sweep_summary.md'}, "
-              f"{sweep / 'sweep_summary.csv'}")
+        # Hydra's console handler shows it; its file handler still points at the last job's run.log.
+        log.info("sweep: %d job(s)\n%swritten: %s, %s", len(rows), markdown, sweep / "sweep_summary.md",
+                 sweep / "sweep_summary.csv")
         if FAILED:
             log.error("%d job(s) of the sweep failed: %s", len(FAILED), " | ".join(FAILED))
             sys.exit(2)

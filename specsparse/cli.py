@@ -329,8 +329,11 @@ def run_train_drafter(args: argparse.Namespace) -> int:
         return code
     if args.prompts != "builtin" and not Path(args.prompts).is_file():
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
-    if args.vocab_file is not None and not Path(args.vocab_file).is_file():
-        return fail(f"--vocab-file {args.vocab_file}: no such file")
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        return fail(f"--output {output} is a file: give a folder for the checkpoint (created if missing)")
+    if any(parent.exists() and not parent.is_dir() for parent in output.parents):
+        return fail(f"--output {output} lies under a file: give a folder for the checkpoint")
     recipe = TrainingRecipe(
         prompts=args.prompts, max_new_tokens=args.max_new_tokens, sampled_replies=args.sampled_replies,
         temperature=args.temperature, epochs=args.epochs,
@@ -338,9 +341,9 @@ def run_train_drafter(args: argparse.Namespace) -> int:
         vocab_file=args.vocab_file, seed=args.seed,
     )
     try:
-        recipe.check()
+        recipe.check()  # before the model loads; the vocabulary's size is checked once it has
         loaded = load_model(args.model, dtype=args.dtype, device=args.device)
-        output = train_eagle_head(loaded, args.output, recipe)
+        output = train_eagle_head(loaded, output, recipe)
     except (ModelLoadError, ValueError) as err:
         return fail(first_line(err))
     summary = json.loads((output / "training.json").read_text())
@@ -491,6 +494,11 @@ def run_generate(args: argparse.Namespace) -> int:
     _check_generation_options(args)
     if args.prompts and args.domain:
         raise ValueError("--domain applies to a single prompt; put \"domain\" in the --prompts records instead")
+    if args.output and not args.prompts:
+        raise ValueError("--output writes one line per --prompts record; a single prompt's reply goes to stdout "
+                         "(redirect it, or give --prompts FILE.jsonl)")
+    if args.output and (Path(args.output).is_dir() or not Path(args.output).parent.is_dir()):
+        raise ValueError(f"--output {args.output}: give a file path in an existing folder")
     records = read_prompt_records(args.prompts) if args.prompts else [PromptRecord((args.prompt,), args.domain)]
     controller = _controller(args)
     for record in records:  # fail on an unknown tag before spending time on the others
@@ -530,7 +538,7 @@ def run_generate(args: argparse.Namespace) -> int:
 @_guarded
 def run_serve(args: argparse.Namespace) -> int:
     """Serve the OpenAI-compatible API until interrupted."""
-    from specsparse.serving.server import check_bind, make_server  # noqa: PLC0415
+    from specsparse.serving.server import check_address, check_bind, make_server  # noqa: PLC0415
 
     _check_generation_options(args)
     for name, value, low in (("--max-queue", args.max_queue, 0), ("--max-tokens-limit", args.max_tokens_limit, 1),
@@ -544,6 +552,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     api_key = args.api_key or os.environ.get("SPECSPARSE_API_KEY")
     check_bind(args.host, api_key, args.insecure)  # before the model loads
+    check_address(args.host, args.port)
     controller = _controller(args, args.max_prompt_tokens)
     server = make_server(controller, args.host, args.port, args.max_queue, model_name=args.model,
                          insecure=args.insecure, default_max_tokens=args.max_new_tokens,

@@ -37,11 +37,11 @@ class GenerationConfig:
             raise ValueError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}, got {self.max_new_tokens}")
         if self.num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {self.num_draft_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):  # also refuses nan
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.draft_length not in ("fixed", "adaptive"):
             raise ValueError(f"draft_length must be 'fixed' or 'adaptive', got {self.draft_length!r}")
-        if not self.verify_cost_per_token > 0:
+        if not 0 < self.verify_cost_per_token < float("inf"):
             raise ValueError(f"verify_cost_per_token must be > 0, got {self.verify_cost_per_token}")
 
 

@@ -75,6 +75,15 @@ CASES = [
     ("run.py", [*TINY, "drafter=recycling", "drafter.top_k=0"], "top_k"),
     ("run.py", [*TINY, "drafter=recycling", "drafter.tree=[9]"], "tree"),
     ("run.py", [*TINY, "drafter=recycling", "drafter.tree=[3,2]", "generation.temperature=0.7"], "greedily"),
+    ("run.py", [*TINY, "paths.store={tmp}/job"], "paths.store"),
+    ("run.py", [*TINY, "paths.store={tmp}/map.yaml/store.sqlite"], "paths.store"),
+    ("run.py", [*TINY, "search.sparsity_weight=nan"], "sparsity_weight"),
+    ("run.py", [*TINY, "domain.exclude_ids=qa-00000"], "exclude_ids"),
+    ("run.py", [*TINY, "domain.source=jsonl", "domain.path={tmp}/number.jsonl"], "number.jsonl:1"),
+    ("run.py", [*TINY, "model.source={tmp}/job"], "model.source"),
+    ("run.py", [*TINY, "drafter=eagle", "drafter.path={tmp}/job"], "drafter.path"),
+    ("run.py", [*TINY, "tss.eps_accept=-0.1"], "eps_accept"),
+    ("run.py", [*TINY, "generation.num_draft_tokens=-1"], "num_draft_tokens"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--max-new-tokens", "0", "hi"],
      "--max-new-tokens"),
     ("cli", ["generate", "--model", "tiny", "hi"], "--config-map"),
@@ -90,7 +99,51 @@ CASES = [
     ("cli", ["report", "{tmp}"], "no finished jobs"),
     ("cli", ["report", "{tmp}", "--publish", "nobody"], "ENTITY/PROJECT"),
     ("cli", ["report", "{tmp}", "--mixed-stream", "0"], "--mixed-stream"),
+    ("cli", ["report", "{tmp}/job", "--strategy", "nonsense"], "--strategy nonsense"),
+    ("cli", ["report", "{tmp}/job", "--out", "{tmp}/map.yaml"], "--out"),
+    ("cli", ["report", "{tmp}/job", "--out", "{tmp}/map.yaml/report"], "--out"),
+    ("cli", ["report", "{tmp}/truncated"], "summary.json: unreadable"),
+    ("cli", ["report", "{tmp}/no-such-folder"], "no-such-folder"),
+    ("cli", ["report", "{tmp}/job", "--wandb", "nobody"], "ENTITY/PROJECT"),
+    ("cli", ["report", "{tmp}/job", "--store", "{tmp}/damaged.sqlite"], "damaged.sqlite"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--temperature", "nan", "hi"],
+     "--temperature"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--output", "{tmp}/out.jsonl", "hi"],
+     "--output"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--prompts", "{tmp}/prompts.jsonl",
+             "--output", "{tmp}"], "--output"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--min-confidence", "2", "hi"],
+     "--min-confidence"),
+    ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--host", "no host!", "--insecure"],
+     "--host"),
+    ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--request-timeout", "inf"],
+     "--request-timeout"),
+    ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--max-queue", "-1"], "--max-queue"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/map.yaml"], "is a file"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--vocab-file", "{tmp}/bad.jsonl"],
+     "--vocab-file"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--vocab-file", "{tmp}/ids.json"],
+     "--vocab-file"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--vocab-size", "100000000"],
+     "--vocab-size"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--learning-rate", "inf"], "learning rate"),
+    ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--prompts", "{tmp}/missing.jsonl"],
+     "--prompts"),
+    ("cli", ["submit", "--dry-run"], "nothing to run"),
+    ("cli", ["submit", "--dry-run", "--env", "NOEQUALS", "--", "python", "run.py"], "--env"),
+    ("cli", ["profile", "--model", "/no/such/model"], "/no/such/model"),
 ]
+
+# Found only once the model has loaded, and why that cannot be earlier: every other case is refused before.
+AFTER_LOADING = {
+    "another model": "the config map is checked against the loaded model's identity",
+    "--vocab-size": "the target's vocabulary size is known once it loads",
+    "/no/such/model": "the model source is what loading resolves",
+    "model.source": "the model source is what loading resolves",
+    "LM head": "whether the drafter has an LM head to trim is known once it loads",
+    "out of range": "the target's layer count is known once it loads",
+    "protect_layers": "the target's layer count is known once it loads",
+}
 
 
 def prepare(folder: Path) -> None:
@@ -104,20 +157,41 @@ def prepare(folder: Path) -> None:
     good = {"model": "tiny", "num_layers": 4, "domains": {"qa": entry}}
     (folder / "map.yaml").write_text(json.dumps(good))
     (folder / "other_model.yaml").write_text(json.dumps({**good, "model_identity": {"name": "someone-else"}}))
+    (folder / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    (folder / "number.jsonl").write_text('{"prompt": 123, "reference": "b"}\n')
+    (folder / "ids.json").write_text("[1, 2, 99999999]")  # beyond the tiny model's vocabulary
+    (folder / "job").mkdir()
+    (folder / "job" / "summary.json").write_text(json.dumps({"domain": "qa", "strategy": "bfs", "metric": None}))
+    (folder / "truncated").mkdir()
+    (folder / "truncated" / "summary.json").write_text('{"domain": "qa", "strat')
+
+
+# Each case runs under this wrapper: it marks (by a file) whether the model was loaded before the error.
+MARK_LOADING = """
+import os, runpy, sys
+import specsparse.decoding.models as models
+def marked(*args, _load=models.load_model, **kwargs):
+    open(os.environ["LOAD_MARKER"], "w").close()
+    return _load(*args, **kwargs)
+models.load_model = marked
+entry, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(entry, run_name="__main__") if entry.endswith(".py") else runpy.run_module(entry, run_name="__main__")
+"""
 
 
 def run_case(entry: str, args: list[str], folder: Path) -> subprocess.CompletedProcess:
     args = [a.replace("{tmp}", str(folder)) for a in args]
-    command = [sys.executable, str(ROOT / "run.py"), *args, f"paths.outputs={folder / 'out'}"] if entry == "run.py" \
-        else [sys.executable, "-m", "specsparse.cli", *args]
+    command = [sys.executable, "-c", MARK_LOADING]
+    command += [str(ROOT / "run.py"), *args, f"paths.outputs={folder / 'out'}"] if entry == "run.py" \
+        else ["specsparse.cli", *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
-           "SPECSPARSE_CACHE": str(folder / "cache")}
+           "SPECSPARSE_CACHE": str(folder / "cache"), "LOAD_MARKER": str(folder / "model-loaded")}
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=180)
 
 
 @pytest.mark.slow
 def test_every_bad_input_is_one_clear_line_and_writes_nothing(tmp_path):
-    failed = []
+    failed, after_loading = [], []
     for i, (entry, args, needle) in enumerate(CASES):
         folder = tmp_path / f"case{i}"
         prepare(folder)
@@ -140,7 +214,13 @@ def test_every_bad_input_is_one_clear_line_and_writes_nothing(tmp_path):
                 problems.append(f"left the run folder {run.name}")
         if (folder / "damaged.sqlite").read_bytes() != damaged:
             problems.append("changed the damaged store")
+        if (folder / "model-loaded").exists():
+            after_loading.append(needle)
+            if needle not in AFTER_LOADING:
+                problems.append("found only after the model loaded")
         if problems:
             failed.append(f"{entry} {' '.join(args)}: {'; '.join(problems)}")
-    print(f"bad inputs: {len(CASES)} tried, {len(CASES) - len(failed)} clear, {len(failed)} failed")
+    clear = len(CASES) - len(failed)
+    print(f"bad inputs: {len(CASES)} tried, {clear} clear ({clear - len(after_loading)} before the model loads, "
+          f"{len(after_loading)} after: {', '.join(after_loading)}), {len(failed)} failed")
     assert not failed, "\n".join(failed)

@@ -73,6 +73,22 @@ def test_a_saved_head_loads_back_identically(models, tmp_path, layout, trimmed):
         assert torch.equal(tensor, loaded.state_dict()[name]), name
 
 
+def test_a_head_with_its_own_vocabulary_is_refused_by_the_vocabulary_search_before_loading(models, tmp_path):
+    from test_app import plan_for
+
+    from specsparse.drafters.eagle import own_vocabulary
+    from specsparse.jobs.config import ConfigError
+
+    for layout, trimmed, refused in (("eagle", False, None), ("eagle", True, "trimmed"), ("eagle3", False, "EAGLE-3")):
+        random_head(models[0], layout, trimmed).save(tmp_path / f"{layout}{trimmed}")
+        reason = own_vocabulary(str(tmp_path / f"{layout}{trimmed}"))
+        assert reason is None if refused is None else refused in reason
+    assert own_vocabulary(str(tmp_path / "not-trained-yet")) is None
+    with pytest.raises(ConfigError, match="EAGLE-3 head"):
+        plan_for(["model=tiny", "search=tpe_vocab", "drafter=eagle", f"drafter.path={tmp_path / 'eagle3False'}"],
+                 tmp_path)
+
+
 def test_official_eagle1_layout_loads(models, tmp_path):
     """EAGLE-1/2 as released: pytorch_model.bin with fc (bias), layers.0.* without an input norm,
     the embedding included, and a plain LlamaConfig."""
@@ -363,7 +379,8 @@ def test_the_cost_profile_times_real_eagle_drafts(models):
 
 
 def test_a_missing_checkpoint_with_a_recipe_is_trained_once(models, tmp_path, monkeypatch):
-    """drafter=eagle with `train`: the first build trains into path, later builds load it."""
+    """drafter=eagle with `train`: the first build trains a head under path, keyed by target and recipe;
+    later builds load it; another recipe trains another head beside it."""
     from specsparse.decoding.models import LoadedModel, tiny_tokenizer
     from specsparse.drafters import eagle_training
 
@@ -371,11 +388,28 @@ def test_a_missing_checkpoint_with_a_recipe_is_trained_once(models, tmp_path, mo
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"say {i}"}) + "\n" for i in range(6)))
     recipe = {"prompts": str(prompts), "max_new_tokens": 8, "epochs": 1}
-    first = EagleDrafter.from_target(target, path=str(tmp_path / "head"), train=recipe)
-    assert (tmp_path / "head" / "model.safetensors").is_file()
+    first = EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train=recipe)
+    assert [p.parent.name for p in (tmp_path / "heads").glob("*/model.safetensors")] == [
+        eagle_training.trained_head(target, tmp_path / "heads", eagle_training.TrainingRecipe(**recipe)).name]
     monkeypatch.setattr(eagle_training, "train_eagle_head", lambda *a, **k: pytest.fail("trained twice"))
-    second = EagleDrafter.from_target(target, path=str(tmp_path / "head"), train=recipe)
+    second = EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train=recipe)
     assert second.head is first.head  # loaded once per process
+    with pytest.raises(pytest.fail.Exception, match="trained twice"):  # another recipe is another head
+        EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train={**recipe, "epochs": 2})
+
+
+def test_training_prompts_never_include_a_jobs_test_prompt():
+    """`TrainingRecipe(limit=L)`'s built-in prompts are each set's calibration split as a job at
+    domain.limit=L splits it: at several limits, no test example of any built-in domain is among them."""
+    from specsparse.drafters.eagle_training import TrainingRecipe, builtin_calibration
+    from specsparse.measuring.evaluation import DomainSpec
+
+    for limit, fraction in ((None, 0.2), (10, 0.2), (40, 0.2), (100, 0.5)):
+        training = builtin_calibration(TrainingRecipe(limit=limit, calibration_fraction=fraction))
+        for name, examples in training.items():
+            job = DomainSpec(name, limit=limit, calibration_fraction=fraction)
+            assert {ex.id for ex in examples} == {ex.id for ex in job.load("calibration")}
+            assert not {ex.id for ex in examples} & {ex.id for ex in job.load("test")}, (name, limit)
 
 
 def test_a_trimmed_vocabulary_drafts_only_its_tokens_and_stays_lossless(models, trained):

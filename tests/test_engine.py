@@ -130,6 +130,16 @@ def test_eos_stops_generation(models):
     assert result.new_token_ids == plain.new_token_ids[: first + 1]
 
 
+def test_on_step_returning_true_ends_generation_after_that_step(models):
+    prompt, config = [3, 4, 5, 3, 4, 5], GenerationConfig(max_new_tokens=16)
+    full = speculative_generate(models[0], prompt, PromptLookupDrafter(), config)
+    steps: list[list[int]] = []
+    result = speculative_generate(models[0], prompt, PromptLookupDrafter(), config,
+                                  on_step=lambda committed: steps.append(committed) or len(steps) == 3)
+    assert len(steps) == result.target_forwards == 3
+    assert result.new_token_ids == tuple(sum(steps, [])) == full.new_token_ids[: result.new_tokens]
+
+
 def test_bad_inputs_fail_clearly(models):
     with pytest.raises(ValueError, match="empty prompt"):
         speculative_generate(models[0], [], None)

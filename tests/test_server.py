@@ -179,13 +179,15 @@ def test_stop_cuts_the_reply_streamed_or_not(server):
     status, body = call(server, "/v1/chat/completions", request)
     assert status == 200 and body["choices"][0] == {"index": 0, "finish_reason": "stop",
                                                     "message": {"role": "assistant", "content": expected}}
-    assert body["usage"] == plain["usage"]  # generation ran to its usual end
+    stopped = body["usage"]["completion_tokens"]
+    assert stopped < plain["usage"]["completion_tokens"]  # generation ended at the step that made the stop string
     status, text = call(server, "/v1/chat/completions", {**request, "stream": True,
                                                          "stream_options": {"include_usage": True}})
     chunks = sse_events(text)
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == expected
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and "usage" not in chunks[-2]
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
+    # Ended early too (the step boundaries, so the count past the string, can differ between requests)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] < plain["usage"]["completion_tokens"]
 
 
 def test_official_openai_client(server):
@@ -199,18 +201,18 @@ def test_official_openai_client(server):
     reply = client.chat.completions.create(model="tiny-test", messages=messages, max_tokens=24, stop=[stop], n=1,
                                            temperature=0, top_p=1, user="eval")
     assert reply.choices[0].message.content == expected and reply.choices[0].finish_reason == "stop"
-    assert reply.usage.completion_tokens == plain.usage.completion_tokens
+    assert reply.usage.completion_tokens < plain.usage.completion_tokens  # ended early
     chunks = list(client.chat.completions.create(model="tiny-test", messages=messages, max_completion_tokens=24,
                                                  stop=stop, n=1, stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens < plain.usage.completion_tokens
     completion = client.completions.create(model="tiny-test", prompt=TRANSLATION, max_tokens=24, stop=stop, n=1)
     assert completion.choices[0].text == expected and completion.choices[0].finish_reason == "stop"
     streamed = list(client.completions.create(model="tiny-test", prompt=TRANSLATION, max_tokens=24, stop=stop,
                                               stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].text for c in streamed if c.choices) == expected
-    assert streamed[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert streamed[-1].usage.completion_tokens < plain.usage.completion_tokens
     with pytest.raises(openai.BadRequestError, match="'n'|n=2"):
         client.chat.completions.create(model="tiny-test", messages=messages, n=2)
 

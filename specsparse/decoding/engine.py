@@ -223,13 +223,14 @@ def speculative_generate(
     config: GenerationConfig = GenerationConfig(),
     skip_layers: Sequence[int] = (),
     eos_token_ids: Sequence[int] = (),
-    on_step: Callable[[list[int]], None] | None = None,
+    on_step: Callable[[list[int]], bool | None] | None = None,
 ) -> GenerationResult:
     """Generate up to `config.max_new_tokens` tokens after `prompt_ids` (chat template applied).
 
     drafter None (or k = 0) is plain autoregressive decoding with the same loop.
     skip_layers: target layers skipped for this request (validated; () is the dense model).
-    on_step: called with the tokens committed by each verification step (for streaming).
+    on_step: called with the tokens committed by each verification step (for streaming); returning True
+        ends generation after that step (a stop string was seen).
     """
     start = time.perf_counter()
     with torch.inference_mode():
@@ -249,8 +250,8 @@ def speculative_generate(
             committed = request.commit(logits, features=session.features)
             # Keep [last, accepted drafts] in the cache; the bonus token becomes the next `last`.
             session.keep(session.length - len(verified_ids), request.kept_inputs)
-            if on_step is not None:
-                on_step(committed)
+            if on_step is not None and on_step(committed):
+                break
     return request.result(
         draft_time_s=draft_time,
         verify_time_s=verify_time,

@@ -31,10 +31,10 @@ def generate_text(
     drafter: Drafter | None = None,
     config: GenerationConfig = GenerationConfig(),
     skip_layers: Sequence[int] = (),
-    on_step: Callable[[Sequence[int]], None] | None = None,
+    on_step: Callable[[Sequence[int]], bool | None] | None = None,
 ) -> tuple[str, GenerationResult]:
     """Generate the assistant's reply; returns (text without special tokens, statistics).
-    on_step: called with the tokens each verification step commits (streaming)."""
+    on_step: called with the tokens each verification step commits (streaming); True ends generation."""
     prompt_ids = encode_messages(target.tokenizer, messages)
     result = speculative_generate(
         target.model, prompt_ids, drafter, config, skip_layers=skip_layers, eos_token_ids=target.eos_token_ids,

@@ -202,6 +202,29 @@ def _read_state(directory: Path) -> dict[str, torch.Tensor]:
     raise EagleLoadError(f"no EAGLE weights in {directory}: expected one of {WEIGHT_FILES}")
 
 
+def own_vocabulary(source: str) -> str | None:
+    """Why the local checkpoint at `source` drafts from a vocabulary of its own (EAGLE-3, or a head
+    trained trimmed), so that a searched one cannot replace it; None when it can, or when there is no
+    local checkpoint yet. Reads tensor names only."""
+    directory = Path(source).expanduser()
+    weights = next((directory / n for n in WEIGHT_FILES if (directory / n).is_file()), None)
+    if weights is None:
+        return None
+    if weights.suffix == ".safetensors":
+        from safetensors import safe_open  # noqa: PLC0415
+
+        with safe_open(str(weights), "pt") as file:
+            keys = set(file.keys())
+    else:
+        keys = set(torch.load(weights, map_location="cpu", weights_only=True))
+    keys = {k.removeprefix("model.") for k in keys}
+    if any(k.startswith("midlayer.") for k in keys):
+        return f"{source} is an EAGLE-3 head, which drafts from its own vocabulary (d2t)"
+    if "d2t" in keys:
+        return f"{source} was trained with a trimmed vocabulary of its own (d2t)"
+    return None
+
+
 def _resolve(source: str) -> Path:
     """A local directory, or a Hub id from the local Hub cache (or the Hub, when online)."""
     path = Path(source).expanduser()
@@ -339,20 +362,16 @@ class EagleDrafter(Drafter):
     @classmethod
     def from_target(cls, target, vocab_ids=None, path: str = "", tree: Sequence[int] | None = None,
                     tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> EagleDrafter:
-        """The head at `path` for `target`. With `train` (`TrainingRecipe` fields) a missing
-        checkpoint is trained there first (once; concurrent workers wait for it)."""
+        """The head at `path` for `target`. With `train` (`TrainingRecipe` fields), `path` is a folder of
+        trained heads keyed by target and recipe: the one this recipe makes is trained there first if
+        missing (once; concurrent workers wait for it), and reused by every later job."""
         if not path:
             raise ValueError("drafter=eagle needs drafter.path=<EAGLE checkpoint directory or Hub id> "
                              "(`specsparse train-drafter` makes one)")
-        if train is not None and not (Path(path) / "config.json").is_file():
-            from filelock import FileLock  # noqa: PLC0415
+        if train is not None:
+            from specsparse.drafters.eagle_training import TrainingRecipe, trained_head  # noqa: PLC0415
 
-            from specsparse.drafters.eagle_training import TrainingRecipe, train_eagle_head  # noqa: PLC0415
-
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(f"{path}.lock"):
-                if not (Path(path) / "config.json").is_file():
-                    train_eagle_head(target, path, TrainingRecipe(**train))
+            path = str(trained_head(target, path, TrainingRecipe(**train)))
         model = target.model
         head = _cached_head(str(path), model)
         return cls(head, model, tree, vocab_ids, tree_choices)

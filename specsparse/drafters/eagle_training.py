@@ -50,7 +50,7 @@ from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN
 from specsparse.drafters.eagle import EagleHead
 from specsparse.types import GenerationConfig
-from specsparse.util import atomic_write_text
+from specsparse.util import atomic_write_text, content_hash, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,11 @@ class TrainingRecipe:
     """Everything that decides the trained head (a resumed run must match it)."""
 
     prompts: str = "builtin"  # builtin (the built-in calibration splits) or a JSONL of prompts
+    # builtin: the calibration split of each built-in set as a job with these domain options splits it
+    # (domain.limit, calibration_fraction, split_seed), so none of that job's test prompts is trained on.
+    limit: int | None = None
+    calibration_fraction: float = 0.2
+    split_seed: int = 0
     max_new_tokens: int = 128
     sampled_replies: int = 0  # more replies per prompt, sampled (HF generate) at `temperature`: more, varied data
     temperature: float = 0.8
@@ -88,16 +93,49 @@ class TrainingRecipe:
             raise ValueError("give --vocab-size or --vocab-file, not both")
         if self.vocab_size is not None and self.vocab_size < 2:
             raise ValueError(f"--vocab-size {self.vocab_size}: keep at least 2 tokens")
+        if self.limit is not None and self.limit < 2 or not 0 < self.calibration_fraction < 1:
+            raise ValueError("limit must be >= 2 (or None) and calibration fraction in (0, 1), as domain options")
+        if not (math.isfinite(self.temperature) and math.isfinite(self.learning_rate)):
+            raise ValueError("temperature and learning rate must be finite numbers")
+        if self.vocab_file is not None:
+            read_vocab_file(self.vocab_file)
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """The draft vocabulary against the target's, once it is known (before any reply is generated)."""
+        if self.vocab_size is not None and self.vocab_size > vocab_size:
+            raise ValueError(f"--vocab-size {self.vocab_size} is larger than the target's vocabulary ({vocab_size}); "
+                             f"give at most {vocab_size}")
+        if self.vocab_file is not None and max(read_vocab_file(self.vocab_file)) >= vocab_size:
+            raise ValueError(f"--vocab-file {self.vocab_file}: token ids must be within 0..{vocab_size - 1} "
+                             "(a vocabulary of another tokenizer?)")
 
 
-def training_prompts(target: LoadedModel, source: str) -> list[list[int]]:
+def read_vocab_file(path: str | Path) -> list[int]:
+    """The ascending token ids of a JSON list (a trimmed draft vocabulary), or one ValueError naming the file."""
+    try:
+        ids = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--vocab-file {path}: not a readable JSON list of token ids ({err})") from None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                      for i in ids):
+        raise ValueError(f"--vocab-file {path}: expected a non-empty JSON list of token ids (integers >= 0)")
+    return sorted(set(ids))
+
+
+def builtin_calibration(recipe: TrainingRecipe) -> dict[str, list]:
+    """Per built-in set, its calibration split as a job with the recipe's domain options has it (the
+    examples `DomainSpec(name, limit=..., calibration_fraction=..., split_seed=...).load("calibration")`
+    gives): a job's test prompts are never among them."""
+    return {name: split_examples(load_examples(domain, "builtin", limit=recipe.limit), recipe.calibration_fraction,
+                                 recipe.split_seed)[0] for name, domain in DOMAINS.items()}
+
+
+def training_prompts(target: LoadedModel, recipe: TrainingRecipe) -> list[list[int]]:
     """Token ids (chat template applied) of every training prompt's first turn."""
+    source = recipe.prompts
     if source == "builtin":
-        prompts = []
-        for domain in DOMAINS.values():
-            calibration, _ = split_examples(load_examples(domain, "builtin"))
-            prompts += [encode_messages(target.tokenizer, build_messages(domain, ex, 0)) for ex in calibration]
-        return prompts
+        return [encode_messages(target.tokenizer, build_messages(DOMAINS[name], ex, 0))
+                for name, calibration in builtin_calibration(recipe).items() for ex in calibration]
     from specsparse.serving.prompts import read_prompt_records  # noqa: PLC0415
 
     return [encode_messages(target.tokenizer, record.turns[0]) for record in read_prompt_records(source)]
@@ -106,7 +144,7 @@ def training_prompts(target: LoadedModel, source: str) -> list[list[int]]:
 def generate_data(target: LoadedModel, recipe: TrainingRecipe, batch_size: int = 16) -> list[dict]:
     """{"tokens": prompt + a reply of the target, "prompt_length"}: per training prompt its greedy reply
     (lockstep batches), then `sampled_replies` sampled ones (HF generate, left-padded batches)."""
-    prompts = training_prompts(target, recipe.prompts)
+    prompts = training_prompts(target, recipe)
     config = GenerationConfig(max_new_tokens=recipe.max_new_tokens, num_draft_tokens=0)
     with tqdm(total=len(prompts), desc="target replies", unit="prompt") as bar:
         results = generate_batch(target.model, prompts, None, config, (), target.eos_token_ids, batch_size,
@@ -147,12 +185,10 @@ def sampled_replies(target: LoadedModel, prompts: Sequence[Sequence[int]], recip
 def draft_vocabulary(replies: Sequence[Sequence[int]], recipe: TrainingRecipe, vocab_size: int) -> torch.Tensor | None:
     """The draft vocabulary's target ids, ascending (None: the full vocabulary): `vocab_file`'s, or
     the `vocab_size` most frequent tokens of the target's replies."""
+    recipe.check_vocabulary(vocab_size)
     if recipe.vocab_file is not None:
-        ids = sorted({int(i) for i in json.loads(Path(recipe.vocab_file).read_text())})
-        if not ids or ids[0] < 0 or ids[-1] >= vocab_size:
-            raise ValueError(f"{recipe.vocab_file}: expected a JSON list of token ids within 0..{vocab_size - 1}")
-        return torch.tensor(ids)
-    if recipe.vocab_size is None or recipe.vocab_size >= vocab_size:
+        return torch.tensor(read_vocab_file(recipe.vocab_file))
+    if recipe.vocab_size is None or recipe.vocab_size == vocab_size:
         return None
     counts = Counter(token for reply in replies for token in reply)
     ranked = [token for token, _ in counts.most_common(recipe.vocab_size)]
@@ -301,16 +337,35 @@ class Trainer:
         self.generator.set_state(state["generator"])
 
 
+def trained_head(target: LoadedModel, root: str | Path, recipe: TrainingRecipe) -> Path:
+    """The head `recipe` trains for `target`: `root/<hash of target identity, recipe and vocabulary file>`,
+    trained now if missing (concurrent workers wait for it), reused by every later job and sweep."""
+    from filelock import FileLock  # noqa: PLC0415
+
+    recipe.check()
+    key = {"target": target.identity, "recipe": asdict(recipe),
+           "vocab_file": file_sha256(recipe.vocab_file) if recipe.vocab_file else None}
+    directory = Path(root) / content_hash(key)[:16]
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{directory}.lock"):
+        if not (directory / "config.json").is_file():
+            train_eagle_head(target, directory, recipe)
+    return directory
+
+
 def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRecipe = TrainingRecipe()) -> Path:
     """Train (or resume training) an EAGLE head for `target` into `output`; returns the directory."""
     recipe.check()
+    recipe.check_vocabulary(target.model.config.vocab_size)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(recipe.seed)
     started = time.perf_counter()
     data_path = output / "data.json"
     recorded = json.loads(data_path.read_text()) if data_path.is_file() else None
-    data_key = {"target": target.identity, "prompts": recipe.prompts, "max_new_tokens": recipe.max_new_tokens,
+    data_key = {"target": target.identity, "prompts": recipe.prompts, "limit": recipe.limit,
+                "calibration_fraction": recipe.calibration_fraction, "split_seed": recipe.split_seed,
+                "max_new_tokens": recipe.max_new_tokens,
                 "max_length": recipe.max_length, "sampled_replies": recipe.sampled_replies,
                 "temperature": recipe.temperature, "seed": recipe.seed}
     if recorded is not None and recorded["key"] == data_key:

@@ -30,6 +30,7 @@ from specsparse.data.corpus import is_keyword as is_corpus_keyword
 from specsparse.decoding.models import DTYPES
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
+from specsparse.drafters.eagle import EagleDrafter, own_vocabulary
 from specsparse.jobs.reproduce import data_fingerprint
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
@@ -502,6 +503,11 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
             f"search {cls.name} trims the drafter's LM head, and drafter {drafter.name} has none: "
             "use drafter=self_skip, drafter=draft_model or drafter=eagle"
         )
+    if issubclass(cls, TPEVocabSearch) and drafter.cls is EagleDrafter and (
+            reason := own_vocabulary(str(drafter.options.get("path") or ""))):
+        raise ConfigError(f"search {cls.name} picks rows of the target's LM head for a full-vocabulary EAGLE-1/2 "
+                          f"head, and drafter.path={reason}: give such a head (specsparse train-drafter without "
+                          "--vocab-size), or train one at the searched k with --vocab-file")
     for key in ("skip_layers", "protect_layers"):
         if key in options:
             _check_layers(options[key], f"search.{key}", model, skip_set=key == "skip_layers")

@@ -47,6 +47,7 @@ from specsparse.jobs.mixed_stream import round_robin, run_mixed_stream
 from specsparse.jobs.outputs import upgrade_summary
 from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.intervals import mean_interval
+from specsparse.search import STRATEGY_NAMES
 from specsparse.serving.controller import Controller
 from specsparse.serving.router import make_router, map_routing_prompts
 from specsparse.types import Component, GenerationConfig
@@ -571,7 +572,12 @@ def build_report(
     mixed_stream: test prompts per domain for Table 1's mixed-stream row (runs the model now)."""
     if not records:
         raise ReportError("no finished jobs found (no summary.json): pass job or multirun folders")
+    known = sorted({*STRATEGY_NAMES, *(r.strategy for r in records)})
+    if strategy not in known:  # a known one that no job used falls back per domain (Table 1's strategy column)
+        raise ReportError(f"--strategy {strategy}: not a search; give one of {', '.join(known)}")
     out = Path(out_dir)
+    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+        raise ReportError(f"--out {out}: a file is in the way; give a folder (created if missing)")
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[Path]] = {}
     t1, t2 = table1(records, strategy), table2(records)

@@ -13,7 +13,12 @@ from specsparse.search.pareto import is_feasible, pareto_front
 from specsparse.search.random import RandomSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 
+# The strategies conf/search/ names (a job may also name its own class by dotpath).
+STRATEGY_NAMES = tuple(sorted(c.name for c in (AcceptOnlySearch, BFSSearch, GreedySearch, MetricOnlySearch,
+                                               RandomSearch, TPEVocabSearch)))
+
 __all__ = [
+    "STRATEGY_NAMES",
     "AcceptOnlySearch",
     "BFSSearch",
     "GreedySearch",

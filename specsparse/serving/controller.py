@@ -235,11 +235,14 @@ class Controller:
         temperature: float = 0.0,
         seed: int = 0,
         on_text: Callable[[str], None] | None = None,
+        stop: Sequence[str] = (),
     ) -> ControllerResult:
         """Route `prompt` (a string = one user message, or chat messages) and generate the reply.
 
         on_text: called with each new piece of reply text as verification steps commit tokens
         (streaming); the pieces concatenate to the final text.
+        stop: generation ends after the verification step whose text first contains one of these strings
+        (the text is returned whole, finish_reason "stop"; cutting at the string is the caller's).
         """
         start = time.perf_counter()
         config = GenerationConfig(max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens,
@@ -254,11 +257,12 @@ class Controller:
             skip = self.config_map.domains[route.domain].skip_layers if route.domain else ()
             ids = self.vocab_ids.get(route.domain) if route.domain else None
             stream = TextStream(self.target.tokenizer, on_text) if on_text is not None else None
+            watch = StopWatch(self.target.tokenizer, stop, stream)
             text, result = generate_text(self.target, prompt, self._drafters[ids], config, skip,
-                                         on_step=stream.step if stream else None)
+                                         on_step=watch.step if stream or stop else None)
         if stream is not None:
             stream.finish(text)
-        ended = bool(result.new_token_ids) and result.new_token_ids[-1] in self.target.eos_token_ids
+        ended = watch.stopped or bool(result.new_token_ids) and result.new_token_ids[-1] in self.target.eos_token_ids
         total_ms = 1000 * (time.perf_counter() - start)
         log.info("domain=%s routed_by=%s skip=%s accept=%.2f tokens=%d %.0f ms", route.domain, route.routed_by,
                  list(skip), result.mean_accept_length, result.new_tokens, total_ms)
@@ -279,6 +283,25 @@ class Controller:
             total_ms=total_ms,
             generation=result,
         )
+
+
+class StopWatch:
+    """Per verification step: feeds the stream (if any) and says whether the reply so far contains a
+    stop string, which ends generation (`speculative_generate`'s `on_step`)."""
+
+    def __init__(self, tokenizer, stops: Sequence[str], stream: TextStream | None) -> None:
+        self.tokenizer, self.stops, self.stream = tokenizer, tuple(stops), stream
+        self.ids: list[int] = []
+        self.stopped = False
+
+    def step(self, committed: Sequence[int]) -> bool:
+        if self.stream is not None:
+            self.stream.step(committed)
+        if self.stops:
+            self.ids.extend(committed)
+            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+            self.stopped = any(s in text for s in self.stops)
+        return self.stopped
 
 
 class TextStream:

@@ -12,9 +12,9 @@ Semantics of the subset:
 - `model` is accepted and ignored (one model is served); responses name the served model.
 - A completion `prompt` is sent as one user turn (the chat template is applied), like a chat request
   with a single message. A message's `content` is a string or a list of text parts.
-- `stop` (a string or up to 4): the reply is cut before the first occurrence of any of them and
-  `finish_reason` is "stop". Generation itself runs to its usual end (EOS or `max_tokens`), so
-  `usage.completion_tokens` counts every generated token, also those past the stop string.
+- `stop` (a string or up to 4): generation ends after the verification step that produces one of
+  them, the reply is cut before its first occurrence and `finish_reason` is "stop".
+  `usage.completion_tokens` counts the tokens generated, the last step's tokens past the string included.
 - `max_completion_tokens` is an alias of `max_tokens` (both given and different: 400). `user` is
   accepted and ignored. `n`, `top_p`, `logprobs`, the penalties, ... (`NEUTRAL`) are accepted with
   the value that asks for nothing special (or null); any other value answers 400 naming the field.
@@ -478,7 +478,7 @@ class SpecsparseServer(ThreadingHTTPServer):
             return self.controller.generate(
                 request.prompt, domain=request.domain, max_new_tokens=request.max_tokens,
                 num_draft_tokens=self.settings.num_draft_tokens, draft_length=self.settings.draft_length,
-                temperature=request.temperature, seed=request.seed, on_text=on_text,
+                temperature=request.temperature, seed=request.seed, on_text=on_text, stop=request.stop,
             )
         except UnknownDomainError as err:
             raise _invalid(str(err), "domain") from None
@@ -661,6 +661,22 @@ def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
     if api_key is None and not _loopback(host) and not insecure:
         raise ValueError(f"refusing to serve on {host} without an API key: give --api-key (or --insecure "
                          "to serve without one)")
+
+
+def check_address(host: str, port: int) -> None:
+    """Resolve and bind the address once, before the model loads: an unknown host or a port in use is one
+    clear error instead of a traceback after loading."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise ValueError(f"--host {host}: cannot resolve it ({err}); give an address such as 127.0.0.1") from None
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise ValueError(f"cannot listen on {host}:{port} ({err.strerror or err}); free the port or give "
+                             "another --port") from None
 
 
 def make_server(controller: Controller, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 8,

@@ -99,7 +99,7 @@ def tpe_factory(seed=0):
 
 LAYER_STRATEGIES = {
     "bfs": lambda L, seed=0: BFSSearch(L, max_depth=3),
-    "greedy": lambda L, seed=0: GreedySearch(L, max_depth=3),
+    "greedy": lambda L, seed=0: GreedySearch(L, max_deletions=3),
     "random": lambda L, seed=0: RandomSearch(L, max_depth=3, seed=seed),
     "accept_only": lambda L, seed=0: AcceptOnlySearch(L, max_depth=3),
     "metric_only": lambda L, seed=0: MetricOnlySearch(L, max_depth=3),
@@ -254,10 +254,10 @@ def test_contract_metric_none_uses_acceptance_only(name):
 
 # -- known answers -----------------------------------------------------------------------------------
 def test_bfs_finds_joint_optimum_that_greedy_misses():
-    """TRAP's metric never moves, so GM-Skip, guided by the metric alone, deletes the last layers in
-    reverse order up to the depth limit, and acceptance falls; BFS finds the joint optimum."""
+    """TRAP's metric never moves, so every deletion ties and GM-Skip, guided by the metric alone, deletes
+    the last layers first up to its cap, and acceptance falls; BFS finds the joint optimum."""
     bfs = run(BFSSearch(10, max_depth=4), TRAP)
-    greedy_strategy = GreedySearch(10, max_depth=4)
+    greedy_strategy = GreedySearch(10, max_deletions=4)
     greedy = run(greedy_strategy, TRAP)
     assert bfs.selected == TRAP_OPTIMUM
     assert bfs.selected_measurement.modeled_cost == pytest.approx(0.80)
@@ -350,39 +350,39 @@ def test_protected_layers_never_skipped():
         assert all(not {0, 9} & set(c.skip_layers) for c, _ in result.history)
 
 
-def test_gm_skip_deletes_in_reverse_order_while_the_balance_holds():
-    """8 layers, M0 0.8, sparsity_weight 1: a deletion is kept when it costs at most 0.8 / 8 = 0.1
-    of metric. Layer 7 (-0.05) kept although it ruins acceptance, 6 (-0.2) rejected, 5 (0) and 4
-    (-0.09) kept; the depth limit 3 then stops it."""
-    fn = Counted(additive(8, {7: 1.0}, {7: 0.05, 6: 0.2, 5: 0.0, 4: 0.09}, {}, default=(0.0, 0.0, 0.1)))
-    strategy = GreedySearch(8, max_depth=3)
+def test_gm_skip_deletes_the_least_harmful_block_each_step_where_one_reverse_pass_would_not():
+    """6 layers, M0 1, sparsity_weight 0.6: a deletion may cost at most 0.1 of metric. One reverse pass
+    (the earlier reading) would keep 5 and then 4 (0.08 each); GM-Skip measures every remaining block
+    each step and deletes the least harmful: 1 (free), then 5 (ties with 4 go to the later block)."""
+    fn = Counted(additive(6, {}, {5: 0.08, 4: 0.08, 1: 0.0}, {}, m0=1.0, default=(0.0, 0.3, 0.1)))
+    strategy = GreedySearch(6, sparsity_weight=0.6, max_deletions=2)
     result = run(strategy, fn)
-    assert [c.skip_layers for c in fn.calls] == [(), (7,), (6, 7), (5, 7), (4, 5, 7)]
-    assert strategy.path == [(7,), (5, 7), (4, 5, 7)]
-    assert result.selected == Candidate((4, 5, 7))
-    # without the sparsity term only deletions that cost no metric at all are kept
-    assert run(GreedySearch(8, max_depth=3, sparsity_weight=0.0), fn.fn).selected == Candidate((2, 3, 5))
+    assert [c.skip_layers for c in fn.calls[1:7]] == [(5,), (4,), (3,), (2,), (1,), (0,)]  # later blocks first
+    assert strategy.path == [(1,), (1, 5)] and result.selected == Candidate((1, 5))
+    assert len(fn.calls) == 1 + 6 + 5  # one batch per step: O(L^2) measurements
+    # uncapped, it goes on while the balance holds: 4 (0.08) too, then 0, 2, 3 (0.3) would lower it
+    assert run(GreedySearch(6, sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
+    with pytest.raises(ValueError, match="max_deletions"):
+        GreedySearch(6, max_depth=2)
 
 
 @FAST
-@given(drops=st.lists(st.floats(-0.05, 0.3), min_size=6, max_size=6), weight=st.floats(0, 2), depth=st.integers(1, 6))
-@example(drops=[0.25] * 5 + [2.220446049250313e-16], weight=0.0, depth=1)  # a float-rounding "drop": kept
-def test_gm_skip_keeps_exactly_the_deletions_that_do_not_lower_the_balance(drops, weight, depth):
+@given(drops=st.lists(st.integers(-5, 30).map(lambda d: d / 100), min_size=6, max_size=6), weight=st.floats(0, 2),
+       cap=st.one_of(st.none(), st.integers(1, 6)))  # drops on a grid: equal harms tie exactly, as in the rule
+@example(drops=[0.25] * 5 + [0.0], weight=0.0, cap=1)  # a deletion that costs nothing is kept at weight 0
+def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, weight, cap):
     # A balance change near the 1e-12 tolerance is decided by float rounding of sums: left out.
     assume(all(not -1e-10 < weight / 6 - d < -1e-14 for d in drops))
-    fn = Counted(additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
-    strategy = GreedySearch(6, max_depth=depth, sparsity_weight=weight)
-    result = run(strategy, fn)
-    kept: tuple[int, ...] = ()
-    tried = []
-    for c in fn.calls[1:]:
-        (layer,) = set(c.skip_layers) - set(kept)
-        tried.append(layer)
-        if weight / 6 - drops[layer] >= -1e-12:
-            kept = c.skip_layers
-    assert tried == sorted(tried, reverse=True), "layers are tried from the last to the first"
-    assert result.selected.skip_layers == kept
-    assert len(kept) <= depth
+    strategy = GreedySearch(6, sparsity_weight=weight, max_deletions=cap)
+    result = run(strategy, additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
+    kept: list[int] = []  # the rule restated: additive drops make each step's harm the layer's own drop
+    while len(kept) < (cap or 6):
+        best = max((layer for layer in range(6) if layer not in kept), key=lambda layer: (-drops[layer], layer))
+        if weight / 6 - drops[best] < -1e-12:
+            break
+        kept.append(best)
+    assert [set(p) for p in strategy.path] == [set(kept[:i + 1]) for i in range(len(kept))]
+    assert result.selected.skip_layers == tuple(sorted(kept))
 
 
 @FAST

@@ -1,8 +1,8 @@
 """GM-Skip (arXiv 2508.18227), the greedy baseline of the TSS paper's Table 2: metric-guided block
-deletion in reverse order, under a score-sparsity balance objective.
+deletion under a score-sparsity balance objective, later blocks preferred.
 
-Myopic by design: each deletion is decided on its own and never revisited, so it can miss sets that
-are only jointly good, and it looks at the task metric alone, so acceptance may fall.
+Myopic by design: each step keeps the best single deletion and never revisits it, so it can miss sets
+that are only jointly good, and it looks at the task metric alone, so acceptance may fall.
 """
 
 from __future__ import annotations
@@ -21,41 +21,50 @@ BALANCE_TOLERANCE = 1e-12
 
 
 class GreedySearch(LayerSkipSearch):
-    """Visit the free layers from the last to the first (early blocks are deleted last, so they are
-    kept when the depth limit binds); tentatively delete each from the current model and keep the
-    deletion when the score-sparsity balance does not fall:
+    """GM-Skip's greedy deletion. Each step measures, in one batch, the current model with each
+    remaining free block deleted (later blocks first), and deletes the least harmful one: the highest
+    score, ties going to the later block (GM-Skip's reverse order, which keeps early blocks). The
+    deletion is kept while the score-sparsity balance does not fall:
 
-        J(S) = M(S) / M0 + sparsity_weight * |S| / num_layers,   keep l if J(S + {l}) >= J(S),
+        J(S) = score(S) / score(dense) + sparsity_weight * |S| / num_layers,   keep if J(S + {l}) >= J(S),
 
-    so a deletion may cost at most sparsity_weight * M0 / num_layers of metric. Stops at max_depth
-    deletions (the depth limit every search shares) or after the first layer. The score is the task
-    metric; a domain without one (or with `metric_floor` dropping it) uses accept length instead, with
-    a note. The pick is where the deletions end: GM-Skip knows no acceptance constraint, which is what
-    Table 2 compares. One candidate per step: each decision needs the one before.
+    so a deletion may cost at most sparsity_weight * score(dense) / num_layers. The first deletion
+    that would lower J ends the search, as does running out of free blocks or `max_deletions`
+    (None: no cap; GM-Skip is not bound to the BFS depth, so `max_depth` is refused here). The score
+    is the task metric; a domain without one (or with `metric_floor` dropping it) uses accept length
+    instead, with a note. The pick is where the deletions end: GM-Skip knows no acceptance constraint,
+    which is what Table 2 compares. Step d measures num_free - d + 1 sets: O(L^2) in all, batched.
     """
 
     name = "greedy"
 
-    def __init__(self, num_layers: int, sparsity_weight: float = 1.0, **rule: Any) -> None:
-        """`rule`: the shared layer-skip options of `LayerSkipSearch`."""
-        super().__init__(num_layers, **rule)
+    def __init__(self, num_layers: int, sparsity_weight: float = 1.0, max_deletions: int | None = None,
+                 **rule: Any) -> None:
+        """`rule`: the shared layer-skip options of `LayerSkipSearch` but `max_depth`."""
+        if "max_depth" in rule:
+            raise ValueError("greedy (GM-Skip) is not capped at the BFS depth: give max_deletions instead of max_depth")
+        if max_deletions is not None and max_deletions < 1:
+            raise ValueError(f"max_deletions must be >= 1 or None, got {max_deletions}")
+        super().__init__(num_layers, max_depth=max_deletions or num_layers, **rule)
         if sparsity_weight < 0:
             raise ValueError(f"sparsity_weight must be >= 0, got {sparsity_weight}")
         self.sparsity_weight = sparsity_weight
+        self.max_deletions = max_deletions
         self.current: tuple[int, ...] = ()
         self.path: list[tuple[int, ...]] = []
-        self._untried = list(self.free_layers)  # pop() gives the last layer first
-        self._started = False
-        self._pending: Candidate | None = None  # the deletion asked for and not yet decided
+        self._step: list[Candidate] = []  # the deletions measured for the current step, not yet decided
+        self._started = self._stopped = False
+
+    def score(self, m: Measurement) -> tuple[float, float]:
+        """(score, dense score): the metric, or accept length where the metric does not guide."""
+        assert self.dense is not None
+        if self._rule()[1]:
+            return m.metric or 0.0, self.dense.metric or 0.0
+        return m.accept_length, self.dense.accept_length
 
     def balance(self, m: Measurement, depth: int) -> float:
         """J = score / dense score + sparsity_weight * depth / num_layers."""
-        assert self.dense is not None
-        _, use_metric, _ = self._rule()
-        if use_metric:
-            score, dense = (m.metric or 0.0), self.dense.metric
-        else:
-            score, dense = m.accept_length, self.dense.accept_length
+        score, dense = self.score(m)
         retained = score / dense if dense else 1.0 + score
         return retained + self.sparsity_weight * depth / self.num_layers
 
@@ -63,34 +72,46 @@ class GreedySearch(LayerSkipSearch):
         if not self._started:
             self._started = True
             return [self.dense_candidate]
-        if self.dense is None:
+        if self.dense is None or self._stopped or (self._step and not self._decide()):
             return []
-        self._decide()
-        if len(self.current) >= self.max_depth or not self._untried:
+        remaining = [layer for layer in reversed(self.free_layers) if layer not in self.current]
+        if not remaining or len(self.current) >= self.max_depth:
             return []
-        self._pending = Candidate(tuple(sorted((*self.current, self._untried.pop()))))
-        return [self._pending]
+        self._step = [Candidate(tuple(sorted((*self.current, layer)))) for layer in remaining]
+        return list(self._step)
 
-    def _decide(self) -> None:
-        """Keep the pending deletion if its balance does not fall (not if it was cut short or never
-        measured, e.g. at the end of the budget)."""
-        candidate, self._pending = self._pending, None
-        m = None if candidate is None else self.measured.get(candidate)
-        if m is None or m.early_stopped:
-            return
+    def _decide(self) -> bool:
+        """Delete the step's least harmful block if the balance does not fall; False ends the search
+        (also when a deletion of the step was cut short or never measured, e.g. at the end of the budget:
+        the least harmful one is then unknown)."""
+        step, self._step = self._step, []
+        measured = [(c, self.measured.get(c)) for c in step]
+        if any(m is None or m.early_stopped for _, m in measured):
+            self._stopped = True
+            return False
+
+        def least_harmful(item: tuple[Candidate, Measurement]) -> tuple[float, int]:
+            candidate, m = item
+            (deleted,) = set(candidate.skip_layers) - set(self.current)
+            return self.score(m)[0], deleted  # the highest score; on a tie, the later block
+
+        best, m = max(measured, key=least_harmful)
         before = self.measured[Candidate(self.current)]
         # "Does not fall", up to float rounding: M/M0 and depth/L of an unchanged score may differ by 1e-16.
-        if self.balance(m, len(candidate.skip_layers)) >= self.balance(before, len(self.current)) - BALANCE_TOLERANCE:
-            self.current = candidate.skip_layers
-            self.path.append(self.current)
-            log.info("greedy: deletion kept, skipping %s", list(self.current))
+        if self.balance(m, len(best.skip_layers)) < self.balance(before, len(self.current)) - BALANCE_TOLERANCE:
+            self._stopped = True
+            return False
+        self.current = best.skip_layers
+        self.path.append(self.current)
+        log.info("greedy: least harmful deletion kept, skipping %s", list(self.current))
+        return True
 
     def feasibility_thresholds(self) -> Thresholds | None:
         return None  # GM-Skip decides on the metric alone: the TSS thresholds cannot cut its measurements
 
     def select(self) -> Selection:
-        if self.dense is not None:
-            self._decide()  # the last answer, when the search ended on it
+        if self.dense is not None and self._step:
+            self._decide()  # the last step, when the search ended on it
         shared = super().select()  # notes, and which configurations pass the TSS rule (for reports)
         selected = Candidate(self.current)
         notes = [n for n in shared.notes if n != NOTE_DENSE_SELECTED or selected == self.dense_candidate]
@@ -99,4 +120,5 @@ class GreedySearch(LayerSkipSearch):
         if self.dense is not None and not self._rule()[1]:
             notes.append("greedy: no metric to guide the deletions, accept length used instead")
         return dataclasses.replace(shared, selected=selected, alternatives=(), notes=tuple(notes),
-                                   info={"path": [list(p) for p in self.path], "sparsity_weight": self.sparsity_weight})
+                                   info={"path": [list(p) for p in self.path], "sparsity_weight": self.sparsity_weight,
+                                         "max_deletions": self.max_deletions})

@@ -97,6 +97,40 @@ def test_an_uninformative_metric_is_noted_and_stops_constraining_only_when_asked
     assert search_with(informative, broken, metric_floor=0.05).metric_uninformative() is None
 
 
+def pool_of(measurements: dict[tuple[int, ...], Measurement], **options) -> tuple[int, ...]:
+    """The BFS pool built from these single-skip measurements (dense under ())."""
+    from specsparse.search import evaluate_callable, run_search
+
+    worst = measurements[(3,)]  # pairs: as bad as the worst single skip
+    result = run_search(BFSSearch(4, max_depth=2, **options),
+                        evaluate_callable(lambda c: measurements.get(c.skip_layers, worst)), progress=False)
+    return tuple(result.info["pool"])
+
+
+def test_the_pool_takes_a_layer_that_keeps_either_constraint_within_tau():
+    """Layer 1 keeps A and loses 30% of M, layer 2 keeps M and loses 30% of A, layer 3 loses both:
+    the paper's OR rule pools 0, 1 and 2 (an AND pool would hold layer 0 alone)."""
+    steps = [10] * 8
+    singles = {(): measurement(steps, [30] * 8, [0.5] * 8), (0,): measurement(steps, [30] * 8, [0.5] * 8),
+               (1,): measurement(steps, [30] * 8, [0.35] * 8), (2,): measurement(steps, [21] * 8, [0.5] * 8),
+               (3,): measurement(steps, [21] * 8, [0.35] * 8)}
+    assert pool_of(singles) == (0, 1, 2)
+
+
+def test_under_lower_bound_the_pool_asks_the_interval_not_the_point():
+    """`feasibility=lower_bound` makes the pool its own rule: a constraint enters it when the lower end
+    of its paired 95% interval reaches 1 - tau. Layer 1 keeps A on average but swings +-30% per prompt
+    (and loses 30% of M): the point rule pools it, the lower-bound rule does not."""
+    steps = [10] * 8
+    singles = {(): measurement(steps, [30] * 8, [0.5] * 8), (0,): measurement(steps, [30] * 8, [0.5] * 8),
+               (1,): measurement(steps, [39, 21] * 4, [0.35] * 8), (2,): measurement(steps, [21] * 8, [0.35] * 8),
+               (3,): measurement(steps, [21] * 8, [0.35] * 8)}
+    ratios = paired_ratios(singles[()], singles[(1,)])
+    assert ratios.accept.point == pytest.approx(1.0) and ratios.accept.low < 0.95
+    assert pool_of(singles, feasibility="point") == (0, 1)
+    assert pool_of(singles, feasibility="lower_bound") == (0,)
+
+
 def test_bad_rule_names_fail_clearly():
     with pytest.raises(ValueError, match="feasibility"):
         BFSSearch(3, feasibility="median")

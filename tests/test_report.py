@@ -48,6 +48,30 @@ def sweep(tmp_path_factory) -> Path:
     return out
 
 
+def test_random_search_is_reported_as_its_best_draw_and_the_mean_over_its_draws(tmp_path):
+    subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "model=tiny", "logger=none", "domain=translation", "search=random",
+         "search.depth=1", "search.draws=3", "domain.limit=8", "generation.max_new_tokens=12", "progress=false",
+         f"paths.outputs={tmp_path}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=400,
+    )
+    (record,) = find_jobs([tmp_path / "runs"])
+    draws = record.summary["random_draws"]
+    assert draws["draws"] == 3 and record.summary["selected_skip_layers"] == draws["best_draw"]
+    for split in ("calibration", "test"):
+        accept = draws[split]["accept_of_draws"]
+        assert accept["min"] <= accept["mean"] <= accept["max"]
+        assert 0 <= draws[split]["metric_of_draws"]["mean"] <= 100  # BLEU on 0-100
+    rows = table2([record]).set_index("strategy")
+    assert list(rows.index) == ["random: best of 3 draws", "random: mean [min-max] of 3 draws"]
+    mean = rows.loc["random: mean [min-max] of 3 draws"]
+    assert (mean["accept"], mean["accept_low"], mean["accept_high"]) == (
+        draws["test"]["accept_of_draws"]["mean"], draws["test"]["accept_of_draws"]["min"],
+        draws["test"]["accept_of_draws"]["max"])
+    assert pd.isna(mean["measured_speedup"]) and mean["split"] == "test"  # only the best draw is timed
+    assert rows.loc["random: best of 3 draws", "measured_speedup"] > 0
+
+
 def test_multirun_jobs_share_one_store(sweep):
     jobs = sorted(p.name for p in (sweep / "multirun").iterdir() if p.is_dir() and p.name[0].isdigit())
     assert jobs == ["0_translation_bfs", "1_translation_greedy", "2_mt_bench_bfs", "3_mt_bench_greedy"]

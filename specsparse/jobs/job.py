@@ -33,6 +33,7 @@ from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.metrics import SCALE, metric_description
 from specsparse.search.base import TASK_GUARD, SearchResult
 from specsparse.search.driver import OnMeasurement, measure_through_store, run_search
+from specsparse.search.random import draw_statistics
 from specsparse.types import Candidate, Component, Measurement
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
@@ -53,6 +54,7 @@ class JobResult:
     eps_metric: float = 0.05  # the search's metric tolerance, which the held-out verdict applies too
     metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
     guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
+    draws_test: list[Measurement] | None = None  # random search: every draw on the test split
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on
@@ -88,12 +90,25 @@ class JobResult:
                 "target_forwards": s.target_forwards,
                 "wall_time_s": s.wall_time_s,
             },
+            "random_draws": self.random_draws(),
             "alternatives": [list(c.skip_layers) for c, _ in s.alternatives],
             "notes": list(s.notes),
             "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
             "vocab_corpus": self.vocab_corpus(),
             "job_wall_time_s": self.wall_time_s,
         }
+
+    def random_draws(self) -> dict[str, Any] | None:
+        """Random search: mean, min and max over its draws (metric on 0-100) on both splits; the pick is
+        the best draw, which the rest of the summary describes."""
+        draws = self.search_result.info.get("draws")
+        if not draws:
+            return None
+        measured = dict(self.search_result.history)
+        calibration = [measured[Candidate(tuple(d))] for d in draws]
+        return {"draws": len(draws), "best_draw": self.search_result.info["best_draw"],
+                "calibration": _draw_statistics(calibration),
+                "test": None if self.draws_test is None else _draw_statistics(self.draws_test)}
 
     def vocab_corpus(self) -> dict[str, Any] | None:
         """For a vocabulary search: the corpus the kept ids were counted on, the domains it holds,
@@ -144,6 +159,13 @@ def _check(label: str, values: list[float] | None, threshold: float, strictly: b
     needs = ">" if strictly else ">="
     text = f"{label} {point:.2f} [{low:.2f}-{high:.2f}] {state} (needs {needs} {threshold:.2f} over the whole interval)"
     return {"state": state, "text": text, "interval": [point, low, high], "threshold": threshold}
+
+
+def _draw_statistics(measurements: list[Measurement]) -> dict[str, Any]:
+    stats = draw_statistics(measurements)
+    if stats["metric_of_draws"] is not None:
+        stats["metric_of_draws"] = {k: SCALE * v for k, v in stats["metric_of_draws"].items()}
+    return stats
 
 
 def _numbers(m: Measurement | None) -> dict[str, Any] | None:
@@ -217,13 +239,16 @@ def run_job(
         on_measurement=on_measurement,
         price=lambda c, m: runner.price(calibration.spec, c, m),  # store hits, as the runner prices
     )
-    test_dense = test_selected = timing = None
+    test_dense = test_selected = timing = draws_test = None
     if evaluate_test:
         test_dense, test_selected, timing = evaluate_on_test(spec, calibration, result, runner, store, progress,
                                                              timing_prompts)
+        if result.info.get("draws"):  # random search is reported as the mean over its draws too
+            draws_test = measure_on_test(spec, [Candidate(tuple(d)) for d in result.info["draws"]], runner, store)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
                     time.perf_counter() - start, calibration.target.num_layers, description, timing,
-                    float(search.options.get("eps_metric", 0.05)), calibration.domain.metric, strategy.quality_guard())
+                    float(search.options.get("eps_metric", 0.05)), calibration.domain.metric, strategy.quality_guard(),
+                    draws_test)
     test_examples = evaluator_for(spec.with_split("test")).examples if evaluate_test else ()
     write_job_outputs(job, calibration, test_examples)
     return job
@@ -236,13 +261,7 @@ def evaluate_on_test(
     """Dense and selected measured on the test split (through the store), and plain decoding, dense
     and selected timed side by side on its first `timing_prompts` prompts (None: all)."""
     test = evaluator_for(spec.with_split("test"))
-    candidates = [result.baseline, result.selected]
-    description = test.describe()
-    measured = measure_through_store(
-        candidates, lambda todo, on_result: runner.evaluate_batch(test.spec, todo, None, on_result),
-        store, test.key, lambda c: description,
-    )
-    dense, selected = (runner.price(test.spec, c, m) for c, m in zip(candidates, measured))
+    dense, selected = measure_on_test(spec, [result.baseline, result.selected], runner, store)
     # Plain decoding (the dense target, no drafter) runs beside the speculative configurations, so a
     # setup slower than not speculating cannot hide. A trimmed drafter keeps its calibration vocabulary.
     configurations = [("plain", (), lambda: None)]
@@ -252,6 +271,18 @@ def evaluate_on_test(
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
     timing = time_side_by_side(test.target, test.domain, examples, configurations, spec.generation, progress=progress)
     return dense, selected, timing
+
+
+def measure_on_test(spec: EvaluationSpec, candidates: list[Candidate], runner: Runner,
+                    store: ResultsStore) -> list[Measurement]:
+    """`candidates` measured on the test split, through the store, priced by the runner."""
+    test = evaluator_for(spec.with_split("test"))
+    description = test.describe()
+    measured = measure_through_store(
+        candidates, lambda todo, on_result: runner.evaluate_batch(test.spec, todo, None, on_result),
+        store, test.key, lambda c: description,
+    )
+    return [runner.price(test.spec, c, m) for c, m in zip(candidates, measured)]
 
 
 def run_plan(plan: JobPlan) -> JobResult:

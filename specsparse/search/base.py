@@ -353,11 +353,7 @@ class LayerSkipSearch(SearchStrategy):
         if self.guard_note() is not None:
             notes.append(self.guard_note())
         feasible = [(c, m) for c, m in self.measured.items() if self.feasible(m)]
-        use_a, use_m, use_f = self._rule()
-        objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on]
-        if self.select_rule == "time_per_token":  # the paper drops only what (A, M) dominate
-            objectives.append("cost")
-        front = pareto_front(feasible, objectives, self.select_rule)
+        front = self.front(feasible)
         if not front:  # only possible when the dense measurement itself was early-stopped
             front = [(self.dense_candidate, dense)]
         selected = front[0][0]
@@ -371,6 +367,14 @@ class LayerSkipSearch(SearchStrategy):
             feasible=tuple(c for c, _ in feasible),
             notes=tuple(notes),
         )
+
+    def front(self, points: list[tuple[Candidate, Measurement]]) -> list[tuple[Candidate, Measurement]]:
+        """The Pareto front of `points` under this search's rule, the pick first."""
+        use_a, use_m, _ = self._rule()
+        objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on]
+        if self.select_rule == "time_per_token":  # the paper drops only what (A, M) dominate
+            objectives.append("cost")
+        return pareto_front(points, objectives, self.select_rule)
 
     def maximising(self, selection: Selection, objective: str) -> Selection:
         """`selection` with the measured configuration of the highest accept length ("accept") or

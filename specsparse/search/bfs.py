@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 class BFSSearch(LayerSkipSearch):
     """TSS breadth-first search.
 
-    tau: the pool's tolerance (None: eps_accept for A and eps_metric for M).
+    tau: the pool's tolerance (None: eps_accept for A and eps_metric for M). Under
+        feasibility="lower_bound" the pool is judged like feasibility: a constraint is within tau when
+        the lower end of its paired 95% interval reaches 1 - tau (the paper's point rule otherwise).
     max_pool: keep at most this many pool layers (None: all, as in the paper; a cap is a deviation that
         keeps deeper levels affordable on small machines). Pool layers are then ranked by retained
         quality of their single skip, `weight_accept * A/A0 + (1 - weight_accept) * M/M0` (the ratio in

@@ -18,16 +18,18 @@ log = logging.getLogger(__name__)
 
 class RandomSearch(LayerSkipSearch):
     """`draws` distinct skip sets of `depth` free layers, each uniform among the sets of that depth,
-    from `numpy.random.default_rng(seed)`; the first draw is the selection (a random pick: no
-    constraint decides it; a draw cut short by early rejection is passed over), the other draws are
-    kept as alternatives, and the mean accept length, metric and modeled cost over all draws are in
-    `info` (`mean_*_of_draws`) and the notes: the paper averages random search over several seeds.
+    from `numpy.random.default_rng(seed)`. The paper averages random search over several draws; this
+    class reports both, labelled: `info` holds every draw and the mean, minimum and maximum over the
+    draws of accept length, metric and modeled cost (the job adds the same over the test split), and
+    the pick is the best draw: the one the TSS rule selects among the draws (cheapest feasible), or,
+    with none feasible, the one retaining the most quality (`quality`). A draw cut short by early
+    rejection is never picked.
 
-    depth None (the paper's protocol): the depth of the TSS selection on the same calibration split,
-    found by running the TSS BFS first with this search's settings (`bfs_options` as for `bfs`; in a
-    sweep after a bfs job every one of its measurements comes from the results store). When TSS keeps
-    the dense model, depth is 0 and the pick is dense. Either way depth is at most max_depth, the
-    depth limit every search shares.
+    depth None (this project's protocol; the paper does not say how deep its random sets are): the
+    depth of the TSS selection on the same calibration split, found by running the TSS BFS first with
+    this search's settings (`bfs_options` as for `bfs`; in a sweep after a bfs job every one of its
+    measurements comes from the results store). When TSS keeps the dense model, depth is 0 and the
+    pick is dense. Either way depth is at most max_depth, the depth limit every search shares.
     """
 
     name = "random"
@@ -91,16 +93,33 @@ class RandomSearch(LayerSkipSearch):
         if not drawn or drawn[0] == self.dense_candidate:  # TSS kept dense (depth 0), or nothing drawn
             return dataclasses.replace(shared, selected=self.dense_candidate, alternatives=(),
                                        info={"depth": self.depth or 0})
-        measured = [self.measured[c] for c in drawn]
-        metrics = [m.metric for m in measured if m.metric is not None]
+        measured = {c: self.measured[c] for c in drawn}
+        front = self.front([(c, m) for c, m in measured.items() if self.feasible(m)])
+        best = front[0][0] if front else max(drawn, key=lambda c: self.quality(measured[c]))
         info = {"depth": self.depth, "draws": [list(c.skip_layers) for c in drawn],
-                "mean_accept_of_draws": float(np.mean([m.accept_length for m in measured])),
-                "mean_metric_of_draws": float(np.mean(metrics)) if len(metrics) == len(measured) else None,
-                "mean_modeled_cost_of_draws": float(np.mean([m.modeled_cost for m in measured]))}
-        metric = info["mean_metric_of_draws"]
+                "best_draw": list(best.skip_layers), "best_draw_feasible": bool(front),
+                **draw_statistics(list(measured.values()))}
         notes = [n for n in shared.notes if n != NOTE_DENSE_SELECTED]
-        notes.append(f"random: {len(drawn)} uniform skip sets of depth {self.depth}, the first is the pick; "
-                     f"calibration means over the draws: A {info['mean_accept_of_draws']:.3f}, "
-                     f"M {'n/a' if metric is None else format(metric, '.3f')}")
-        return dataclasses.replace(shared, selected=drawn[0], alternatives=tuple(drawn[1:]), notes=tuple(notes),
-                                   info=info)
+        metric = info["metric_of_draws"]
+        notes.append(f"random: {len(drawn)} uniform skip sets of depth {self.depth} (this project's protocol); the pick "
+                     f"is the best draw ({'cheapest feasible' if front else 'none feasible: most quality retained'}); "
+                     f"calibration mean [min-max] over the draws: A {_mean_range(info['accept_of_draws'], '.3f')}, "
+                     f"M {'n/a' if metric is None else _mean_range(metric, '.3f')}")
+        return dataclasses.replace(shared, selected=best, alternatives=tuple(c for c in drawn if c != best),
+                                   notes=tuple(notes), info=info)
+
+
+def draw_statistics(measurements: list[Measurement]) -> dict[str, dict[str, float] | None]:
+    """Mean, minimum and maximum over the draws of accept length, metric (None unless every draw has
+    one) and modeled cost."""
+    def stats(values: list[float]) -> dict[str, float]:
+        return {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
+
+    metrics = [m.metric for m in measurements if m.metric is not None]
+    return {"accept_of_draws": stats([m.accept_length for m in measurements]),
+            "metric_of_draws": stats(metrics) if len(metrics) == len(measurements) else None,
+            "modeled_cost_of_draws": stats([m.modeled_cost for m in measurements])}
+
+
+def _mean_range(values: dict[str, float], spec: str) -> str:
+    return f"{values['mean']:{spec}} [{values['min']:{spec}}-{values['max']:{spec}}]"

@@ -249,6 +249,14 @@ def set_threads(threads: int | None) -> int | None:
     return None
 
 
+def missing_model(source: str) -> str | None:
+    """The one-line error for a model source that names a local path that is not there (else None)."""
+    if source.startswith(("/", "./", "../", "~")) or source.endswith(".gguf"):
+        if not Path(source).expanduser().exists():
+            return f"--model {source}: no such file or folder (give an embedded name, a .gguf, a model folder or a Hub id)"
+    return None
+
+
 def run_profile(args: argparse.Namespace) -> int:
     from specsparse.decoding.models import load_model  # noqa: PLC0415
     from specsparse.measuring.profile import (  # noqa: PLC0415
@@ -262,6 +270,8 @@ def run_profile(args: argparse.Namespace) -> int:
 
     if (code := set_threads(args.threads)) is not None:
         return code
+    if message := missing_model(args.model):
+        return fail(message)
     try:
         loaded = load_model(args.model, dtype=args.dtype, device=args.device)
     except (ModelLoadError, ValueError) as err:
@@ -327,6 +337,8 @@ def run_train_drafter(args: argparse.Namespace) -> int:
 
     if (code := set_threads(args.threads)) is not None:
         return code
+    if message := missing_model(args.model):
+        return fail(message)
     if args.prompts != "builtin" and not Path(args.prompts).is_file():
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
     output = Path(args.output)
@@ -425,6 +437,8 @@ def _check_generation_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--{field.replace('_', '-')} {rest}") from None
     if args.min_confidence is not None and not 0 <= args.min_confidence <= 1:
         raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
+    if message := missing_model(args.model):
+        raise ValueError(message)
 
 
 def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):

@@ -77,9 +77,9 @@ CASES = [
     ("run.py", [*TINY, "drafter=recycling", "drafter.tree=[3,2]", "generation.temperature=0.7"], "greedily"),
     ("run.py", [*TINY, "paths.store={tmp}/job"], "paths.store"),
     ("run.py", [*TINY, "paths.store={tmp}/map.yaml/store.sqlite"], "paths.store"),
-    ("run.py", [*TINY, "search.sparsity_weight=nan"], "sparsity_weight"),
+    ("run.py", [*TINY, "search=greedy", "search.sparsity_weight=nan"], "sparsity_weight"),
     ("run.py", [*TINY, "domain.exclude_ids=qa-00000"], "exclude_ids"),
-    ("run.py", [*TINY, "domain.source=jsonl", "domain.path={tmp}/number.jsonl"], "number.jsonl:1"),
+    ("run.py", [*TINY, "domain.source=jsonl", "domain.path={tmp}/number.jsonl"], "must be a string"),
     ("run.py", [*TINY, "model.source={tmp}/job"], "model.source"),
     ("run.py", [*TINY, "drafter=eagle", "drafter.path={tmp}/job"], "drafter.path"),
     ("run.py", [*TINY, "tss.eps_accept=-0.1"], "eps_accept"),
@@ -96,7 +96,7 @@ CASES = [
     ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--host", "0.0.0.0"], "API key"),
     ("cli", ["profile", "--model", "tiny", "--threads", "0"], "--threads"),
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--threads", "0"], "--threads"),
-    ("cli", ["report", "{tmp}"], "no finished jobs"),
+    ("cli", ["report", "{tmp}/empty"], "no finished jobs"),
     ("cli", ["report", "{tmp}", "--publish", "nobody"], "ENTITY/PROJECT"),
     ("cli", ["report", "{tmp}", "--mixed-stream", "0"], "--mixed-stream"),
     ("cli", ["report", "{tmp}/job", "--strategy", "nonsense"], "--strategy nonsense"),
@@ -123,7 +123,7 @@ CASES = [
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--vocab-file", "{tmp}/bad.jsonl"],
      "--vocab-file"),
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--vocab-file", "{tmp}/ids.json"],
-     "--vocab-file"),
+     "token ids must be within"),
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--vocab-size", "100000000"],
      "--vocab-size"),
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--learning-rate", "inf"], "learning rate"),
@@ -132,17 +132,15 @@ CASES = [
     ("cli", ["submit", "--dry-run"], "nothing to run"),
     ("cli", ["submit", "--dry-run", "--env", "NOEQUALS", "--", "python", "run.py"], "--env"),
     ("cli", ["profile", "--model", "/no/such/model"], "/no/such/model"),
+    ("cli", ["generate", "--model", "./no/such/model", "--config-map", "{tmp}/map.yaml", "hi"], "./no/such/model"),
+    ("cli", ["train-drafter", "--model", "/no/such.gguf", "--output", "{tmp}/head"], "/no/such.gguf"),
 ]
 
 # Found only once the model has loaded, and why that cannot be earlier: every other case is refused before.
 AFTER_LOADING = {
     "another model": "the config map is checked against the loaded model's identity",
     "--vocab-size": "the target's vocabulary size is known once it loads",
-    "/no/such/model": "the model source is what loading resolves",
-    "model.source": "the model source is what loading resolves",
-    "LM head": "whether the drafter has an LM head to trim is known once it loads",
-    "out of range": "the target's layer count is known once it loads",
-    "protect_layers": "the target's layer count is known once it loads",
+    "token ids must be within": "the target's vocabulary size is known once it loads",
 }
 
 
@@ -158,10 +156,11 @@ def prepare(folder: Path) -> None:
     (folder / "map.yaml").write_text(json.dumps(good))
     (folder / "other_model.yaml").write_text(json.dumps({**good, "model_identity": {"name": "someone-else"}}))
     (folder / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
-    (folder / "number.jsonl").write_text('{"prompt": 123, "reference": "b"}\n')
+    (folder / "number.jsonl").write_text('{"prompt": "a", "reference": "b"}\n{"prompt": 123, "reference": "b"}\n')
     (folder / "ids.json").write_text("[1, 2, 99999999]")  # beyond the tiny model's vocabulary
     (folder / "job").mkdir()
     (folder / "job" / "summary.json").write_text(json.dumps({"domain": "qa", "strategy": "bfs", "metric": None}))
+    (folder / "empty").mkdir()
     (folder / "truncated").mkdir()
     (folder / "truncated" / "summary.json").write_text('{"domain": "qa", "strat')
 

@@ -232,7 +232,11 @@ def records_to_examples(
     for i, row in enumerate(records):
         if prompt_field not in row:
             raise KeyError(f"{source} record {i} has no prompt field {prompt_field!r}; fields: {sorted(row)}")
-        turns = list(_as_strings(row[prompt_field]))
+        prompt = row[prompt_field]
+        if not (isinstance(prompt, str) or isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt)):
+            raise ValueError(f"{source} record {i + 1} of {id_prefix}: the prompt field {prompt_field!r} must be a "
+                             f"string or a list of strings (turns), got {prompt!r:.60}")
+        turns = [prompt] if isinstance(prompt, str) else list(prompt)
         if apply_input_template and turns:
             turns[0] = domain.format_input(turns[0])
         refs = _as_strings(row.get(reference_field)) if reference_field else ()

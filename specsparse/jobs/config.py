@@ -233,6 +233,11 @@ def _model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
         path = _absolute(source, cwd)
         if not path.exists():
             raise ConfigError(f"model.source: {path} does not exist")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ConfigError(f"model.source: {path} holds no config.json; give a Hugging Face model folder "
+                              "(config.json, weights, tokenizer) or a .gguf file")
+        if not path.is_dir() and path.suffix != ".gguf":
+            raise ConfigError(f"model.source: {path} is a file but not a .gguf; give a .gguf or a model folder")
         source = str(path)
     dtype = str(cfg.get("dtype", "float32"))
     if dtype not in (*DTYPES, "auto"):
@@ -434,8 +439,12 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
         source = options.get(option)
         if isinstance(source, str) and (_looks_like_path(source) or (cwd / source).is_dir()):
             path = _absolute(source, cwd)
-            if not path.exists() and not (option == "path" and options.get("train")):
+            trained_here = option == "path" and options.get("train")  # a folder of heads trained on demand
+            if not path.exists() and not trained_here:
                 raise ConfigError(f"drafter.{option}: {path} does not exist")
+            if path.is_dir() and not trained_here and not (path / "config.json").is_file():
+                raise ConfigError(f"drafter.{option}: {path} holds no checkpoint (config.json): give a checkpoint "
+                                  "folder (`specsparse train-drafter` makes one)")
             options = {**options, option: str(path)}
     return Component(target, options)
 

@@ -45,6 +45,7 @@ from specsparse.jobs.figures import (
 )
 from specsparse.jobs.mixed_stream import round_robin, run_mixed_stream
 from specsparse.jobs.outputs import upgrade_summary
+from specsparse.jobs.store import ResultsStore
 from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.intervals import mean_interval
 from specsparse.search import STRATEGY_NAMES
@@ -599,6 +600,10 @@ def build_report(
     known = sorted({*STRATEGY_NAMES, *(r.strategy for r in records)})
     if strategy not in known:  # a known one that no job used falls back per domain (Table 1's strategy column)
         raise ReportError(f"--strategy {strategy}: not a search; give one of {', '.join(known)}")
+    for store in stores:  # refused before anything is written; the jobs' own stores are read later
+        if not Path(store).is_file():
+            raise ReportError(f"--store {store}: no such results store file")
+        ResultsStore(store).close()  # a damaged or foreign file: StoreError
     out = Path(out_dir)
     if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
         raise ReportError(f"--out {out}: a file is in the way; give a folder (created if missing)")

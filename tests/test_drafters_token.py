@@ -123,7 +123,7 @@ def test_samd_match_equals_brute_force(seq, data):
         n, end = longest_earlier_suffix(ctx)
         assert drafter.match_length == n
         # The matched suffix is the longest string of the tracked state (none longer occurs twice).
-        assert drafter._len[drafter._state] == n
+        assert drafter._automaton.length[drafter._state] == n
         # The draft is what followed the first earlier occurrence of that suffix.
         assert proposal.tokens == (ctx[end + 1 : end + 1 + k] if n else [])
         assert drafter.num_states <= max(2 * len(ctx) - 1, 2)
@@ -137,7 +137,62 @@ def test_samd_automaton_stays_linear(seq):
     d = SuffixAutomatonDrafter()
     d.begin(seq)
     assert d.num_states <= 2 * len(seq) - 1
-    assert sum(len(t) for t in d._next) <= 3 * len(seq) - 4 or len(seq) < 3
+    assert sum(len(t) for t in d._automaton.next) <= 3 * len(seq) - 4 or len(seq) < 3
+
+
+def longest_corpus_suffix(ids: list[int], documents: list[list[int]]) -> tuple[int, list[int]]:
+    """(length, what follows its first occurrence in the concatenated documents, within that document)
+    of the longest suffix of ids occurring in some document."""
+    flat = [(doc, i) for doc in documents for i in range(len(doc))]  # in corpus order
+    for n in range(len(ids), 0, -1):
+        tail = ids[len(ids) - n :]
+        for doc, end in flat:
+            if end >= n - 1 and doc[end - n + 1 : end + 1] == tail:
+                return n, doc[end + 1 :]
+    return 0, []
+
+
+@FAST
+@given(seq=token_seqs, documents=st.lists(st.lists(st.integers(0, VOCAB - 1), max_size=12), max_size=4),
+       data=st.data())
+def test_samd_with_a_corpus_drafts_the_longer_match_as_brute_force_finds_it(seq, documents, data):
+    """Context and corpus matches as brute force finds them; the longer one drafts (ties: the context),
+    never across a document's end; below min_match, nothing."""
+    from specsparse.drafters.samd import SuffixAutomaton
+
+    prompt_len, k, min_match = data.draw(st.integers(1, len(seq))), data.draw(st.integers(0, 6)), data.draw(st.integers(1, 3))
+    drafter = SuffixAutomatonDrafter(min_match=min_match, corpus=SuffixAutomaton.of_documents(documents))
+
+    def check(ctx, proposal, k):
+        n_context, end = longest_earlier_suffix(ctx)
+        n_corpus, following = longest_corpus_suffix(ctx, documents)
+        assert (drafter.match_length, drafter.corpus_match_length) == (n_context, n_corpus)
+        candidates = [(n_context, ctx[end + 1 : end + 1 + k]), (n_corpus, following[:k])]
+        expected = next((tokens for n, tokens in sorted(candidates, key=lambda c: -c[0]) if n >= min_match and tokens), [])
+        assert proposal.tokens == expected
+
+    simulate(drafter, seq, prompt_len, k, 0, check)
+
+
+def test_samd_corpus_of_the_built_in_sets_leaves_a_jobs_test_split_out(smollm):
+    """The default static corpus: the built-in sets' references, but those of the ids given (a job's
+    test split); a reference kept out cannot be retrieved verbatim, one kept in can."""
+    from specsparse.data import load_examples
+    from specsparse.drafters.samd import corpus_automaton
+
+    examples = [ex for ex in load_examples("summarization") if len(ex.references[0].split()) >= 8][:2]
+    held_out, kept = examples
+    automaton = corpus_automaton(smollm.tokenizer, ("builtin:summarization",), (held_out.id,))
+
+    def retrieves(reference: str) -> bool:
+        ids = smollm.tokenizer(reference, add_special_tokens=False).input_ids
+        state, n = 0, 0
+        for tok in ids:
+            state, n = automaton.advance(state, n, tok)
+        return n == len(ids)
+
+    assert retrieves(kept.references[0]) and not retrieves(held_out.references[0])
+    assert corpus_automaton(smollm.tokenizer, ("builtin:summarization",), (held_out.id,)) is automaton  # built once
 
 
 def test_samd_known_example():

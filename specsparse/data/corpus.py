@@ -107,3 +107,17 @@ def builtin_responses(entry: str, exclude_ids: Sequence[str] = ()) -> list[str]:
     names = builtin_sets(entry) or []
     excluded = set(exclude_ids)
     return [ex.references[0] for name in names for ex in load_examples(name) if ex.references and ex.id not in excluded]
+
+
+def corpus_texts(entries: Sequence[str], exclude_ids: Sequence[str] = ()) -> tuple[str, ...]:
+    """The texts of corpus entries that need no job ("builtin", "builtin:<domain>", files, saved
+    datasets, "hf:" ids); built-in examples in `exclude_ids` (a job's test split) stay out."""
+    texts: list[str] = []
+    for entry in entries:
+        if builtin_sets(entry) is not None:
+            texts += builtin_responses(entry, exclude_ids)
+        elif entry in KEYWORDS:
+            raise ValueError(f"corpus entry {entry!r} needs a job's calibration split; use builtin, a file or hf:<id>")
+        else:
+            texts += load_responses(entry)
+    return tuple(texts)

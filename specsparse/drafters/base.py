@@ -108,6 +108,9 @@ class Drafter:
     drafts_trees: bool = False
     # Drafts through an LM head that a trimmed vocabulary (`vocab_ids`, search=tpe_vocab) can cut.
     trims_vocabulary: bool = False
+    # Retrieves from a text corpus: `from_target` takes `exclude_ids`, the job's test-split example ids,
+    # which a built-in corpus leaves out.
+    uses_corpus: bool = False
     # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
     # final-norm output), or None.
     feature_layers: tuple[int, ...] | None = None

@@ -26,7 +26,7 @@ from typing import Any
 
 from specsparse.data import DOMAINS, SOURCES, load_examples
 from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
-from specsparse.data.corpus import is_keyword as is_corpus_keyword
+from specsparse.data.corpus import builtin_sets
 from specsparse.decoding.models import DTYPES
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
@@ -160,22 +160,25 @@ def _drafts_trees(options: Mapping[str, Any]) -> bool:
 
 def _vocab_corpus(value: Any, cwd: Path) -> tuple[str, ...]:
     """Keywords stay, "hf:" ids stay, files and folders become absolute paths that exist."""
+    return _corpus_entries(value, cwd, "vocab_corpus", CORPUS_KEYWORDS)
+
+
+def _corpus_entries(value: Any, cwd: Path, key: str, keywords: Sequence[str], allow_empty: bool = False) -> tuple[str, ...]:
+    """A corpus option: `keywords`, builtin:<domain> and "hf:" ids stay, files and folders become
+    absolute paths that exist."""
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"vocab_corpus={value!r}: give a list of {', '.join(CORPUS_KEYWORDS)}, builtin:<domain>, "
-                          "files or hf:<dataset>")
+    named = ", ".join([*keywords, "builtin:<domain>"])
+    if not isinstance(value, (list, tuple)) or not (value or allow_empty) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{key}={value!r}: give a list of {named}, files or hf:<dataset>")
     entries = []
     for entry in value:
-        if is_corpus_keyword(entry) or entry.startswith("hf:"):
+        if entry in keywords or builtin_sets(entry) is not None or entry.startswith("hf:"):
             entries.append(entry)
             continue
         path = _absolute(entry, cwd)
         if not path.exists():
-            raise ConfigError(
-                f"vocab_corpus: {entry!r} is neither one of {', '.join(CORPUS_KEYWORDS)}, builtin:<domain> "
-                f"nor an existing file or folder ({path})"
-            )
+            raise ConfigError(f"{key}: {entry!r} is neither one of {named} nor an existing file or folder ({path})")
         entries.append(str(path))
     return tuple(entries)
 
@@ -421,11 +424,10 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
     # from_target(target, vocab_ids, **options) either names its options or forwards them to __init__.
     params = inspect.signature(cls.from_target).parameters.values()
     where = cls.__init__ if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params) else cls.from_target
-    unknown = _unknown_options(where, options, skip=("target", "vocab_ids"))
+    context = ("target", "vocab_ids", "exclude_ids")  # given by the job, not by options
+    unknown = _unknown_options(where, options, skip=context)
     if unknown:
-        raise ConfigError(
-            f"drafter {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(where, ('target', 'vocab_ids'))})"
-        )
+        raise ConfigError(f"drafter {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(where, context)})")
     _check_option_types(where, options, "drafter")
     try:
         cls.check_options(**options)
@@ -435,6 +437,9 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
         _check_layers(options["skip_layers"], "drafter.skip_layers", model)
     if "path" in options and not options["path"]:
         raise ConfigError(f"drafter {cls.name} needs drafter.path=<checkpoint directory or Hub id>")
+    if "corpus" in options:  # a drafter's own text corpus (samd's static automaton)
+        options = {**options, "corpus": _corpus_entries(options["corpus"], cwd, "drafter.corpus", ("builtin",),
+                                                        allow_empty=True)}
     for option in ("source", "path"):  # a draft model or checkpoint: a local path resolves against cwd
         source = options.get(option)
         if isinstance(source, str) and (_looks_like_path(source) or (cwd / source).is_dir()):

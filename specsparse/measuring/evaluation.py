@@ -129,9 +129,11 @@ class Evaluator:
         spec["vocab_corpus_files"] = {  # a corpus file edited in place measures anew
             entry: file_sha256(entry) for entry in self.spec.vocab_corpus if Path(entry).is_file()
         }
-        spec["drafter_files"] = {  # a drafter checkpoint retrained in place measures anew
-            option: checkpoint_sha256(value) for option, value in self.spec.drafter.options.items()
-            if option in ("path", "source") and isinstance(value, str) and Path(value).is_dir()
+        spec["drafter_files"] = {  # a drafter checkpoint retrained, or its corpus edited, in place measures anew
+            **{option: checkpoint_sha256(value) for option, value in self.spec.drafter.options.items()
+               if option in ("path", "source") and isinstance(value, str) and Path(value).is_dir()},
+            **{entry: file_sha256(entry) for entry in self.spec.drafter.options.get("corpus") or ()
+               if Path(entry).is_file()},
         }
         spec["code_version"] = code_version()
         return spec
@@ -168,7 +170,13 @@ class Evaluator:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
         drafter = self.spec.drafter
-        return lambda: drafter.cls.from_target(self.target, vocab_ids=vocab_ids, **drafter.options)
+        held_out = {"exclude_ids": self.test_ids} if drafter.cls.uses_corpus else {}
+        return lambda: drafter.cls.from_target(self.target, vocab_ids=vocab_ids, **drafter.options, **held_out)
+
+    @functools.cached_property
+    def test_ids(self) -> tuple[str, ...]:
+        """The ids of this domain's test split (whatever this evaluator's split): kept out of corpora."""
+        return tuple(ex.id for ex in self.spec.domain.load("test"))
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
         """`measurement` with its modeled cost from this machine's cost profile (never from a stored timing)."""
@@ -204,7 +212,7 @@ class Evaluator:
             elif entry == "references":
                 texts += [ref for ex in self.examples for ref in ex.references[:1]]
             elif is_keyword(entry):  # the built-in sets
-                texts += builtin_responses(entry, exclude_ids=[ex.id for ex in self.spec.domain.load("test")])
+                texts += builtin_responses(entry, exclude_ids=self.test_ids)
             else:
                 texts += load_responses(entry)
         tokenizer = self.target.tokenizer

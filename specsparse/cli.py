@@ -8,6 +8,7 @@
     specsparse serve --config-map maps/all.yaml --port 8000 --max-queue 8
     specsparse profile [--model smollm2-135m] [--dtype float32] [--force]   (the cost profile)
     specsparse train-drafter --output drafters/smollm2-eagle [--vocab-size 8192]   (an EAGLE head)
+    specsparse export --config-map maps/all.yaml --domain qa --token-map qa.pt   (SGLang --speculative-token-map)
 
 Sweeps themselves run through Hydra: `python run.py ...` (see run.py). Every subcommand returns an exit
 code; bad input prints one line on stderr and exits with 2.
@@ -368,6 +369,56 @@ def run_train_drafter(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- export ----------------------------------------------------------------------------------------
+def add_export_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="write a trimmed draft vocabulary as a token map serving stacks read (SGLang --speculative-token-map)",
+        description="Writes the kept token ids of a domain's trimmed draft vocabulary (from a config map, or a JSON "
+                    "list) as the file SGLang's --speculative-token-map loads: a list of ids that torch.load reads "
+                    "with weights_only=True (FR-Spec's format).",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config-map", metavar="PATH", help="a config map with draft_vocab_ids (search=tpe_vocab)")
+    source.add_argument("--vocab-file", metavar="FILE.json", help="a JSON list of token ids")
+    p.add_argument("--domain", help="with --config-map: the domain whose vocabulary to export")
+    p.add_argument("--token-map", required=True, metavar="OUT.pt", help="the file to write")
+    p.set_defaults(func=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from specsparse.config_map import ConfigMapError, load_config_map  # noqa: PLC0415
+    from specsparse.drafters.eagle_training import read_vocab_file  # noqa: PLC0415
+
+    out = Path(args.token_map)
+    if out.is_dir() or not out.parent.is_dir():
+        return fail(f"--token-map {out}: give a file path in an existing folder")
+    if args.vocab_file:
+        if args.domain:
+            return fail("--domain picks a domain of --config-map; a --vocab-file is one vocabulary")
+        try:
+            ids = read_vocab_file(args.vocab_file)
+        except ValueError as err:
+            return fail(str(err))
+    else:
+        try:
+            domains = load_config_map(args.config_map).domains
+        except (ConfigMapError, OSError) as err:
+            return fail(f"--config-map {args.config_map}: {first_line(err)}")
+        trimmed = sorted(d for d, entry in domains.items() if entry.draft_vocab_ids)
+        if args.domain not in trimmed:
+            return fail(f"--domain {args.domain}: give one of the domains with a trimmed vocabulary in this map "
+                        f"({', '.join(trimmed) or 'none: run search=tpe_vocab'})")
+        ids = list(domains[args.domain].draft_vocab_ids)
+    import torch  # noqa: PLC0415
+
+    tmp = out.with_name(f".{out.name}.tmp")
+    torch.save([int(i) for i in ids], tmp)
+    tmp.replace(out)  # whole or absent
+    print(f"token map: {out} ({len(ids)} ids); SGLang: --speculative-token-map {out}")
+    return 0
+
+
 # -- generate and serve: the runtime controller ------------------------------------------------
 def add_runtime_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the `generate` and `serve` subcommands (each sets `func`, returning an exit code)."""
@@ -605,6 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime_commands(subparsers)
     add_profile_command(subparsers)
     add_train_drafter_command(subparsers)
+    add_export_command(subparsers)
     return parser
 
 

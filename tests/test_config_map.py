@@ -195,3 +195,28 @@ def test_from_result_and_measurements_csv(tmp_path):
     assert [r["label"] for r in rows if r["selected"] == "True"] == ["skip[3,7]"]
     assert {r["label"] for r in rows if r["pareto"] == "True"} == {"skip[3,7]", "skip[0]", "skip[3]", "skip[7]"}
     assert sum(r["feasible"] == "True" for r in rows) == len(result.feasible)
+
+
+def test_export_writes_the_token_map_sglang_loads(tmp_path, capsys):
+    """`specsparse export`: a domain's kept ids as SGLang's --speculative-token-map reads them
+    (torch.load with weights_only=True, then a tensor of ids)."""
+    import dataclasses
+
+    import torch
+
+    from specsparse.cli import main
+
+    base = sample_map()
+    ids = (1, 5, 9, 200)
+    trimmed = dataclasses.replace(base.domains["chat"], draft_vocab_size=len(ids), draft_vocab_ids=ids)
+    write_config_map(tmp_path / "map.yaml", dataclasses.replace(base, domains={**base.domains, "chat": trimmed}))
+    assert main(["export", "--config-map", str(tmp_path / "map.yaml"), "--domain", "chat",
+                 "--token-map", str(tmp_path / "chat.pt")]) == 0
+    assert torch.tensor(torch.load(tmp_path / "chat.pt", weights_only=True), dtype=torch.int64).tolist() == list(ids)
+    assert main(["export", "--config-map", str(tmp_path / "map.yaml"), "--domain", "qa",
+                 "--token-map", str(tmp_path / "qa.pt")]) == 2  # qa kept the full vocabulary
+    assert "give one of the domains with a trimmed vocabulary in this map (chat)" in capsys.readouterr().err
+    (tmp_path / "ids.json").write_text("[7, 3, 3]")
+    assert main(["export", "--vocab-file", str(tmp_path / "ids.json"), "--token-map", str(tmp_path / "ids.pt")]) == 0
+    assert torch.load(tmp_path / "ids.pt", weights_only=True) == [3, 7]
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -112,6 +112,7 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
 
 
 GPU_PRESETS = {"paper_tss": ["paper_data.spec_bench={data}/spec_bench/question.jsonl", "paper_data.mmlu={data}/mmlu"],
+               "paper_tss_eagle": ["paper_data.spec_bench={data}/spec_bench/question.jsonl", "paper_data.mmlu={data}/mmlu"],
                "paper_vocab": ["paper_data.spec_bench={data}/spec_bench/question.jsonl",
                                "paper_data.gsm8k={data}/gsm8k/test.jsonl"]}
 
@@ -119,14 +120,16 @@ GPU_PRESETS = {"paper_tss": ["paper_data.spec_bench={data}/spec_bench/question.j
 @pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_experiment_preset_validates(experiment, tmp_path, request):
     """Every preset validates into a plan, the GPU ones too where their models are absent (on the
-    public data, on this machine's device). A `_cpu` twin shares its preset's README."""
+    public data, on this machine's device). A `_cpu` twin shares its preset's README, as do the
+    paper's EAGLE rows (paper_tss_eagle)."""
     overrides = [f"experiment={experiment}"]
     if experiment in GPU_PRESETS:
         data = request.getfixturevalue("shared_data")
         overrides += [o.format(data=data) for o in GPU_PRESETS[experiment]] + ([] if HAS_CUDA else ["model.device=cpu"])
     plan = plan_for(overrides, tmp_path)
     assert plan.experiment == experiment
-    assert (ROOT / "experiments" / experiment.removesuffix("_cpu") / "README.md").is_file()
+    readme = {"paper_tss_eagle": "paper_tss"}.get(experiment, experiment.removesuffix("_cpu"))  # rows of its table
+    assert (ROOT / "experiments" / readme / "README.md").is_file()
 
 
 @pytest.mark.parametrize("experiment", sorted(GPU_PRESETS))
@@ -141,8 +144,12 @@ def test_gpu_presets_compose_as_the_papers_set_them_up(experiment, tmp_path):
         sweep = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
     domains = sweep.hydra.sweeper.params.domain.split(",")
     sources = {d: composed([f"experiment={experiment}", f"domain={d}"])["domain"]["source"] for d in domains}
-    if experiment == "paper_tss":
+    if experiment == "paper_tss":  # SAM-Decoding with Token Recycling drafting a tree, as their papers do
         assert job["model"]["name"] == "llama2_13b" and job["drafter"]["recycling_fallback"] is True
+        assert job["drafter"]["recycling_tree"] and job["drafter"]["corpus"] == ["builtin"]
+    if experiment == "paper_tss_eagle":
+        assert job["model"]["name"] == "vicuna_7b" and job["drafter"]["tree"] == [10, 59]
+    if experiment.startswith("paper_tss"):
         assert set(domains) == {"translation", "summarization", "qa", "rag", "mmlu"}
         assert sources == {"translation": "spec_bench", "summarization": "spec_bench", "qa": "spec_bench",
                            "rag": "spec_bench", "mmlu": "mmlu"}

@@ -275,3 +275,18 @@ def test_cli_generate_with_an_eagle_head(map_file, capsys, tmp_path):
     assert main([*args, "--drafter", "eagle", MATH]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "drafter.path" in err
+
+
+def test_each_domain_keeps_its_own_recycling_table_across_requests(tiny, router, map_file):
+    """Token Recycling's table persists across the requests of a domain and is not shared between
+    domains (nor with dense fallbacks)."""
+    controller = Controller(tiny, load_config_map(map_file), drafter_factory("recycling"), router)
+    tables = {domain: drafter.adj for domain, drafter in controller._drafters.items()}
+    assert set(tables) == {None, "translation", "math"} and len({id(t) for t in tables.values()}) == 3
+    controller.generate("Translate to French: good morning", domain="translation", max_new_tokens=6)
+    learned = tables["translation"].clone()
+    assert (learned >= 0).any() and (tables["math"] == -1).all() and (tables[None] == -1).all()
+    controller.generate("Translate to French: good night", domain="translation", max_new_tokens=6)
+    kept = (learned >= 0).all(dim=1)
+    assert controller._drafters["translation"].adj is tables["translation"]  # the same table, grown
+    assert ((tables["translation"][kept] >= 0).all()) and (tables["translation"] >= 0).sum() >= (learned >= 0).sum()

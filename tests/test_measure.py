@@ -5,6 +5,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+import torch
 
 from specsparse.data import build_messages, get_domain, load_examples
 from specsparse.data.corpus import builtin_responses
@@ -159,3 +160,36 @@ def test_tree_drafts_of_a_logit_reading_drafter_are_measured_by_the_engine(tiny)
     replayed = measure(tiny, domain, examples, make, (1,), CONFIG, progress=False)
     engine = measure(tiny, domain, examples, make, (1,), CONFIG, mode="engine", progress=False)
     assert (replayed.accept_length, replayed.verified_tokens) == (engine.accept_length, engine.verified_tokens)
+
+
+@pytest.mark.parametrize("tree", [None, (2, 2)])
+def test_a_warm_started_recycling_table_measures_the_same_in_batches_and_in_the_engine(tiny, tree):
+    """Every request starts from a copy of the table the calibration replies leave: lockstep batches
+    (chains) or the engine (trees) give the engine's per-request numbers, and the warm table is what
+    observing those replies would have left."""
+    from specsparse.decoding.generation import encode_messages
+    from specsparse.drafters.recycling import warm_table
+
+    domain, examples = get_domain("summarization"), load_examples("summarization", limit=4)
+    model, vocab = tiny.model, tiny.model.config.vocab_size
+    sequences = [encode_messages(tiny.tokenizer, [{"role": "user", "content": ex.turns[0]}]) + [5, 9, 5, 9]
+                 for ex in examples[:2]]
+    table = warm_table(model, sequences, 4)
+    observed = TokenRecyclingDrafter(vocab, top_k=4)
+    for sequence in sequences:
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([sequence])).logits[0]
+        observed.observe(sequence[-1:], sequence, logits)
+    assert torch.equal(table, observed.adj) and (table >= 0).any()
+    make = lambda: TokenRecyclingDrafter(vocab, top_k=4, tree=tree, initial=table)  # noqa: E731
+    batched = measure(tiny, domain, examples[2:], make, (1,), CONFIG, batch_size=2, progress=False)
+    engine = measure(tiny, domain, examples[2:], make, (1,), CONFIG, mode="engine", progress=False)
+    assert [(p.output_text, p.accept_lengths) for p in batched.per_prompt] == [
+        (p.output_text, p.accept_lengths) for p in engine.per_prompt]
+    cold = measure(tiny, domain, examples[2:], lambda: TokenRecyclingDrafter(vocab, top_k=4, tree=tree), (1,), CONFIG,
+                   mode="engine", progress=False)
+    assert [p.output_text for p in cold.per_prompt] == [p.output_text for p in engine.per_prompt]  # lossless
+    drafter = make()
+    drafter.observe([1], [3, 4], torch.randn(2, vocab))
+    drafter.reset()  # back to the warm table, not to an empty one
+    assert torch.equal(drafter.adj, table)

@@ -108,9 +108,10 @@ class Drafter:
     drafts_trees: bool = False
     # Drafts through an LM head that a trimmed vocabulary (`vocab_ids`, search=tpe_vocab) can cut.
     trims_vocabulary: bool = False
-    # Retrieves from a text corpus: `from_target` takes `exclude_ids`, the job's test-split example ids,
-    # which a built-in corpus leaves out.
-    uses_corpus: bool = False
+    # `from_target` keywords the job provides (`Evaluator.drafter_factory`): "exclude_ids", the test
+    # split's example ids a corpus leaves out; "calibration_sequences", a callable giving the token ids
+    # of the calibration prompts with the dense target's greedy replies.
+    job_context: tuple[str, ...] = ()
     # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
     # final-norm output), or None.
     feature_layers: tuple[int, ...] | None = None

@@ -2,47 +2,66 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from specsparse.drafters.base import Drafter, Proposal
+from specsparse.util import content_hash
 
 
 class TokenRecyclingDrafter(Drafter):
-    """Chain drafts from an adjacency matrix of each token's top-k successors.
+    """Chain or tree drafts from an adjacency matrix of each token's top-k successors.
 
     `adj[t]` holds the top-k tokens the target predicted after `t` the last time `t` was verified
     (-1 = never seen). Every verification step refreshes the rows of all verified inputs at once.
-    `propose` follows the top-1 successor from the last context token. The matrix persists across
-    requests (that is the point of recycling); only `reset()` clears it.
+    `propose` follows the successors of the last context token. The matrix persists across the
+    requests a drafter serves (that is the point of recycling: the serving controller keeps one
+    drafter per domain); `reset()` returns it to its starting table.
 
     tree: a static draft tree, as the paper drafts (e.g. [3, 2]): the root's top-3 successors, each
     with its top-2, then top-1 chains to depth k; None drafts the top-1 chain.
+    initial: the starting table (None: empty). Measurements start every request from the same
+    table, so requests stay independent and batched measurement stays exact: with `warm_start`,
+    the table of the job's calibration split (`warm_table`), as a deployment that has served those
+    requests would hold it; else empty.
     """
 
     name = "recycling"
     replayable = False
+    job_context = ("calibration_sequences",)
 
     @classmethod
-    def from_target(cls, target, vocab_ids=None, **options) -> TokenRecyclingDrafter:
+    def from_target(cls, target, vocab_ids=None, top_k: int = 8, tree: Sequence[int] | None = None,
+                    warm_start: bool = False,
+                    calibration_sequences: Callable[[], list[list[int]]] | None = None) -> TokenRecyclingDrafter:
+        """warm_start: start from the table the dense target's calibration-split replies leave
+        (`calibration_sequences`, given by the job; without one, e.g. when serving, the table starts
+        empty and warms as requests come)."""
         if vocab_ids is not None:
             super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
-        return cls(vocab_size=target.model.config.vocab_size, **options)
+        initial = None
+        if warm_start and calibration_sequences is not None:
+            initial = warm_table(target.model, calibration_sequences(), top_k)
+        return cls(vocab_size=target.model.config.vocab_size, top_k=top_k, tree=tree, initial=initial)
 
     @classmethod
-    def check_options(cls, **options) -> None:
-        cls(vocab_size=1, **options)  # the vocabulary comes from the target; the rest is checked as built
+    def check_options(cls, top_k: int = 8, tree: Sequence[int] | None = None, warm_start: bool = False) -> None:
+        cls(vocab_size=1, top_k=top_k, tree=tree)  # the vocabulary comes from the target
 
-    def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None) -> None:
+    def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None,
+                 initial: torch.Tensor | None = None) -> None:
         if vocab_size < 1 or top_k < 1:
             raise ValueError(f"vocab_size and top_k must be >= 1, got {vocab_size}, {top_k}")
         if tree is not None and not all(1 <= int(b) <= top_k for b in tree):
             raise ValueError(f"tree branching {list(tree)} must be between 1 and top_k={top_k} per depth")
+        if initial is not None and tuple(initial.shape) != (vocab_size, top_k):
+            raise ValueError(f"initial table of shape {tuple(initial.shape)}, expected {(vocab_size, top_k)}")
         self.vocab_size = vocab_size
         self.top_k = top_k
         self.tree = None if tree is None else tuple(int(b) for b in tree)
-        self.adj = torch.full((vocab_size, top_k), -1, dtype=torch.long)
+        self.initial = initial
+        self.adj = torch.full((vocab_size, top_k), -1, dtype=torch.long) if initial is None else initial.clone()
         self._last: int | None = None
 
     @property
@@ -50,7 +69,10 @@ class TokenRecyclingDrafter(Drafter):
         return self.tree is not None
 
     def reset(self) -> None:
-        self.adj.fill_(-1)
+        if self.initial is None:
+            self.adj.fill_(-1)
+        else:
+            self.adj.copy_(self.initial)
         self._last = None
 
     def begin(self, prompt_ids: list[int]) -> None:
@@ -87,3 +109,24 @@ class TokenRecyclingDrafter(Drafter):
         width = min(self.top_k, logits.shape[-1])
         top = torch.topk(logits, width, dim=-1).indices.to(self.adj.device)
         self.adj[torch.tensor(list(last_row.keys())), :width] = top
+
+
+def warm_table(model, sequences: list[list[int]], top_k: int) -> torch.Tensor:
+    """The adjacency table after the target has verified `sequences` in order (each row: the top-k
+    successors the target predicts after the token, at its last occurrence), one forward per
+    sequence; cached per model, sequences and top_k."""
+    key = (id(model), content_hash(sequences), top_k)
+    if key not in _WARM_TABLES:
+        vocab = model.config.vocab_size
+        adj = torch.full((vocab, top_k), -1, dtype=torch.long)
+        with torch.inference_mode():
+            for sequence in sequences:
+                logits = model(input_ids=torch.tensor([sequence], device=model.device)).logits[0, :, :vocab]
+                last_row = {int(t): i for i, t in enumerate(sequence)}
+                top = torch.topk(logits[list(last_row.values())].float(), min(top_k, vocab), dim=-1).indices
+                adj[list(last_row), : top.shape[1]] = top.cpu()
+        _WARM_TABLES[key] = adj
+    return _WARM_TABLES[key]
+
+
+_WARM_TABLES: dict[tuple, torch.Tensor] = {}

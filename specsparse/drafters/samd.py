@@ -4,7 +4,7 @@ automaton) or in a text corpus (a static one)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -100,29 +100,33 @@ class SuffixAutomatonDrafter(Drafter):
     """
 
     name = "samd"
-    uses_corpus = True  # from_target takes the job's test-split ids to keep out of a built-in corpus
+    job_context = ("exclude_ids", "calibration_sequences")
 
     @classmethod
     def from_target(
         cls, target, vocab_ids=None, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
-        recycling_tree: Sequence[int] | None = None, corpus: Sequence[str] = (), exclude_ids: Sequence[str] = (),
+        recycling_tree: Sequence[int] | None = None, recycling_warm_start: bool = False, corpus: Sequence[str] = (),
+        exclude_ids: Sequence[str] = (), calibration_sequences: Callable[[], list[list[int]]] | None = None,
     ) -> SuffixAutomatonDrafter:
         """SAMD; with `recycling_fallback` (the default) short matches fall back to Token Recycling
-        (drafting the static tree `recycling_tree` when given, see `TokenRecyclingDrafter`).
+        (drafting the static tree `recycling_tree` when given, from a warm table with
+        `recycling_warm_start`: see `TokenRecyclingDrafter`).
         corpus: entries of the static automaton's texts, as `specsparse.data.corpus` reads them
         ("builtin", "builtin:<domain>", a .jsonl, a saved `datasets` folder, "hf:<id>"); () for
-        none. exclude_ids: examples whose references stay out of a built-in corpus (the job's test split)."""
+        none. exclude_ids, calibration_sequences: given by the job (`Drafter.job_context`)."""
         super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
 
-        fallback = (TokenRecyclingDrafter(target.model.config.vocab_size, recycling_top_k, recycling_tree)
-                    if recycling_fallback else None)
+        fallback = TokenRecyclingDrafter.from_target(
+            target, top_k=recycling_top_k, tree=recycling_tree, warm_start=recycling_warm_start,
+            calibration_sequences=calibration_sequences) if recycling_fallback else None
         static = corpus_automaton(target.tokenizer, tuple(corpus), tuple(sorted(exclude_ids))) if corpus else None
         return cls(min_match=min_match, fallback=fallback, corpus=static)
 
     @classmethod
     def check_options(cls, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
-                      recycling_tree: Sequence[int] | None = None, corpus: Sequence[str] = ()) -> None:
+                      recycling_tree: Sequence[int] | None = None, recycling_warm_start: bool = False,
+                      corpus: Sequence[str] = ()) -> None:
         """Option values, before anything loads (the corpus entries are checked with the job's paths)."""
         from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
 

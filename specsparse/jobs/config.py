@@ -424,7 +424,7 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
     # from_target(target, vocab_ids, **options) either names its options or forwards them to __init__.
     params = inspect.signature(cls.from_target).parameters.values()
     where = cls.__init__ if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params) else cls.from_target
-    context = ("target", "vocab_ids", "exclude_ids")  # given by the job, not by options
+    context = ("target", "vocab_ids", *cls.job_context)  # given by the job, not by options
     unknown = _unknown_options(where, options, skip=context)
     if unknown:
         raise ConfigError(f"drafter {cls.__name__} has no option(s) {unknown} (accepted: {_accepted(where, context)})")

@@ -138,12 +138,14 @@ class Controller:
         self.vocab_ids = _validate(target, config_map, vocab_ids or {}, force_map)
         self.drafter_factory = drafter_factory
         self._lock = threading.Lock()
-        # One drafter per distinct vocabulary (built now, so a drafter that cannot take a trimmed
-        # vocabulary fails at start, not on the first request). Drafters are reused across requests.
-        self._drafters: dict[tuple[int, ...] | None, Drafter | None] = {}
-        for ids in {None, *self.vocab_ids.values()}:
+        # One drafter per domain, and one for dense fallbacks (None), built now so that a drafter that
+        # cannot take a trimmed vocabulary fails at start, not on the first request. Each serves every
+        # request of its domain: what it learns (a Token Recycling table) persists across them.
+        self._drafters: dict[str | None, Drafter | None] = {}
+        for domain in (None, *config_map.domains):
+            ids = self.vocab_ids.get(domain) if domain else None
             try:
-                self._drafters[ids] = drafter_factory(target, None if ids is None else list(ids))
+                self._drafters[domain] = drafter_factory(target, None if ids is None else list(ids))
             except ValueError as err:
                 raise ControllerError(f"drafter cannot be built: {err}") from err
 
@@ -258,7 +260,7 @@ class Controller:
             ids = self.vocab_ids.get(route.domain) if route.domain else None
             stream = TextStream(self.target.tokenizer, on_text) if on_text is not None else None
             watch = StopWatch(self.target.tokenizer, stop, stream)
-            text, result = generate_text(self.target, prompt, self._drafters[ids], config, skip,
+            text, result = generate_text(self.target, prompt, self._drafters[route.domain], config, skip,
                                          on_step=watch.step if stream or stop else None)
         if stream is not None:
             stream.finish(text)

@@ -113,3 +113,15 @@ def test_bench_engine_resumes_an_interrupted_run_without_rerunning_its_prompts(t
     assert timings["hf"]["forward_seconds"] is None and timings["ours"]["seconds"].shape == (3, 1)
     with pytest.raises(SystemExit):  # a checkpoint of other settings is not mixed in
         bench.run_all({"hf": method("hf"), "ours": method("ours")}, prompts, 1, checkpoint, {"k": 4}, resume=True)
+
+
+def test_bench_drafters_compares_variants_side_by_side_and_checks_replies(tmp_path):
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_drafters.py"), "--model", "tiny", "--domains", "qa",
+         "--limit", "10", "--max-new-tokens", "6", "--variants", "0,1,3,7"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True,
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| qa |")]
+    assert len(rows) == 4 and all(row.split("|")[6].strip() == "yes" for row in rows)  # every reply = greedy
+    assert "| qa | samd, context only | 8 |" in rows[0] and "1.000 [1.000-1.000]" in rows[0]

@@ -446,7 +446,8 @@ def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = 5, r
             committed = [context[step % CONTEXT]]
             if features is not None:
                 drafter.observe_features(features[step % CONTEXT][None].to(drafter.feature_dtype))
-            drafter.observe(committed, [context[-1], *proposal.tokens], logits[: len(proposal.tokens) + 1])
+            rows = torch.arange(len(proposal.tokens) + 1) % logits.shape[0]  # a tree may draft more than k nodes
+            drafter.observe(committed, [context[-1], *proposal.tokens], logits[rows])
             times.append(time.perf_counter() - start)
         medians.append(statistics.median(times))
     drafter.reset()

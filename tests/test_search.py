@@ -384,6 +384,8 @@ def test_gm_skip_deletes_the_least_harmful_block_each_step_where_one_reverse_pas
     assert run(GreedySearch(6, sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
     with pytest.raises(ValueError, match="max_deletions"):
         GreedySearch(6, max_depth=2)
+    free = GreedySearch(4)  # every deletion free: it stops with one layer left, the most any skip set may remove
+    assert run(free, additive(4, {}, {}, {}, m0=1.0, default=(0.0, 0.0, 0.1))).selected == Candidate((1, 2, 3))
 
 
 @FAST
@@ -396,7 +398,7 @@ def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, 
     strategy = GreedySearch(6, sparsity_weight=weight, max_deletions=cap)
     result = run(strategy, additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
     kept: list[int] = []  # the rule restated: additive drops make each step's harm the layer's own drop
-    while len(kept) < (cap or 6):
+    while len(kept) < min(cap or 6, 5):  # one layer always stays
         best = max((layer for layer in range(6) if layer not in kept), key=lambda layer: (-drops[layer], layer))
         if weight / 6 - drops[best] < -1e-12:
             break

@@ -75,7 +75,7 @@ class GreedySearch(LayerSkipSearch):
         if self.dense is None or self._stopped or (self._step and not self._decide()):
             return []
         remaining = [layer for layer in reversed(self.free_layers) if layer not in self.current]
-        if not remaining or len(self.current) >= self.max_depth:
+        if not remaining or len(self.current) >= min(self.max_depth, self.num_layers - 1):  # keep one layer
             return []
         self._step = [Candidate(tuple(sorted((*self.current, layer)))) for layer in remaining]
         return list(self._step)

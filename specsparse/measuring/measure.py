@@ -185,6 +185,9 @@ def _decode_batched(target, domain, examples, makers, skips, config, batch_size,
         # layers below their first differing skipped layer (see decoding/session.py).
         prompts = {(c, i): tuple(encode_messages(target.tokenizer, build_messages(domain, examples[i], turn, outcomes[c][i][0])))
                    for i in active for c in range(len(makers))}
+        # Prompts in token order: those sharing a prefix (few-shot exemplars, a system turn) start
+        # together, so each skip set computes the prefix once for all of them (BatchedSession.prefill).
+        prompts = dict(sorted(prompts.items(), key=lambda item: (item[1], item[0][0])))
         rows = [(c, i) for (c, i) in prompts if lockstep[c]]
         greedy_rows = list({(skips[c], prompts[c, i]): (c, i) for (c, i) in prompts
                             if not lockstep[c] and (skips[c], prompts[c, i]) not in continuations}.values())

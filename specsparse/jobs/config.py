@@ -517,8 +517,11 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
             f"search {cls.name} trims the drafter's LM head, and drafter {drafter.name} has none: "
             "use drafter=self_skip, drafter=draft_model or drafter=eagle"
         )
+    train = drafter.options.get("train") or {}
     if issubclass(cls, TPEVocabSearch) and drafter.cls is EagleDrafter and (
-            reason := own_vocabulary(str(drafter.options.get("path") or ""))):
+            reason := own_vocabulary(str(drafter.options.get("path") or ""))
+            or ("heads drafter.train trims (vocab_size / vocab_file)" if train.get("vocab_size") or train.get("vocab_file")
+                else None)):
         raise ConfigError(f"search {cls.name} picks rows of the target's LM head for a full-vocabulary EAGLE-1/2 "
                           f"head, and drafter.path={reason}: give such a head (specsparse train-drafter without "
                           "--vocab-size), or train one at the searched k with --vocab-file")

@@ -186,7 +186,7 @@ class Evaluator:
             prompts = [encode_messages(self.target.tokenizer, build_messages(self.domain, ex, 0)) for ex in self.examples]
             config = replace(self.spec.generation, num_draft_tokens=0)
             results = generate_batch(self.target.model, prompts, None, config, (), self.target.eos_token_ids,
-                                     self.batch_size or 16)
+                                     self.batch_size)
             self._calibration_sequences = [[*p, *r.new_token_ids] for p, r in zip(prompts, results)]
         return self._calibration_sequences
 

@@ -353,8 +353,8 @@ class BatchedSession:
                 if needy:
                     runs[needy[0]] = list(chunks[needy[0]][self.lengths[needy[0]] : stop])
                     copies += [(needy[0], r, stop) for r in needy[1:]]
-            if runs:
-                self._run(runs)
+            for bucket in _length_buckets(runs):  # rows of one history have one length: sharing is kept
+                self._run(bucket)
             for source, row, stop in copies:
                 self._copy(source, row, stop)
 
@@ -522,6 +522,17 @@ class BatchedSession:
         self.lengths[row] = 0
         self.tokens[row] = []
         self.row_skips[row] = validate_skip_layers(skip_layers, self.skipper.num_layers)
+
+
+def _length_buckets(runs: dict[int, list[int]], ratio: float = 1.5) -> list[dict[int, list[int]]]:
+    """`runs` split into forwards whose chunks are within `ratio` of each other's length, so a long
+    prefix segment and short suffixes do not pad each other (padded attention is the cost)."""
+    buckets: list[dict[int, list[int]]] = []
+    for row in sorted(runs, key=lambda r: len(runs[r])):
+        if not buckets or len(runs[row]) > ratio * min(len(c) for c in buckets[-1].values()):
+            buckets.append({})
+        buckets[-1][row] = runs[row]
+    return buckets
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

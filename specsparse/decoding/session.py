@@ -528,9 +528,11 @@ def _length_buckets(runs: dict[int, list[int]], ratio: float = 1.5) -> list[dict
     """`runs` split into forwards whose chunks are within `ratio` of each other's length, so a long
     prefix segment and short suffixes do not pad each other (padded attention is the cost)."""
     buckets: list[dict[int, list[int]]] = []
+    shortest = 0  # of the open bucket: rows come shortest first
     for row in sorted(runs, key=lambda r: len(runs[r])):
-        if not buckets or len(runs[row]) > ratio * min(len(c) for c in buckets[-1].values()):
+        if not buckets or len(runs[row]) > ratio * shortest:
             buckets.append({})
+            shortest = len(runs[row])
         buckets[-1][row] = runs[row]
     return buckets
 

@@ -115,7 +115,6 @@ class Evaluator:
         if not self.examples:
             raise ValueError(f"domain {spec.domain.name!r} has no {spec.split} examples: add examples or change the split")
         self.continuations: Continuations = {}  # greedy generations, shared by every candidate's replay
-        self._calibration_sequences: list[list[int]] | None = None
         self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, spec.generation)
         # Build a drafter once before anything is keyed: a checkpoint its recipe trains on first use
         # (drafter=eagle with train) must exist when its files are hashed into the keys.
@@ -173,22 +172,24 @@ class Evaluator:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
         drafter = self.spec.drafter
-        provided = {"exclude_ids": self.test_ids, "calibration_sequences": self.calibration_sequences}
+        provided = {"exclude_ids": self.test_ids, "calibration_sequences": lambda: self.calibration_sequences}
         context = {name: provided[name] for name in drafter.cls.job_context}
         return lambda: drafter.cls.from_target(self.target, vocab_ids=vocab_ids, **drafter.options, **context)
 
+    @functools.cached_property
     def calibration_sequences(self) -> list[list[int]]:
         """Token ids of each calibration prompt (first turn) followed by the dense target's greedy
-        reply, whatever this evaluator's split (what a warm-started drafter learned before the job)."""
+        reply, whatever this evaluator's split (what a warm-started drafter learned before the job).
+        The replies are dense continuations a replayed measurement of this split reuses."""
         if self.spec.split != "calibration":
-            return evaluator_for(self.spec.with_split("calibration")).calibration_sequences()
-        if self._calibration_sequences is None:
-            prompts = [encode_messages(self.target.tokenizer, build_messages(self.domain, ex, 0)) for ex in self.examples]
-            config = replace(self.spec.generation, num_draft_tokens=0)
-            results = generate_batch(self.target.model, prompts, None, config, (), self.target.eos_token_ids,
-                                     self.batch_size)
-            self._calibration_sequences = [[*p, *r.new_token_ids] for p, r in zip(prompts, results)]
-        return self._calibration_sequences
+            return evaluator_for(self.spec.with_split("calibration")).calibration_sequences
+        prompts = [encode_messages(self.target.tokenizer, build_messages(self.domain, ex, 0)) for ex in self.examples]
+        config = replace(self.spec.generation, num_draft_tokens=0)
+        results = generate_batch(self.target.model, prompts, None, config, (), self.target.eos_token_ids,
+                                 self.batch_size)
+        for prompt, result in zip(prompts, results):
+            self.continuations[((), tuple(prompt))] = result.new_token_ids
+        return [[*p, *r.new_token_ids] for p, r in zip(prompts, results)]
 
     @functools.cached_property
     def test_ids(self) -> tuple[str, ...]:

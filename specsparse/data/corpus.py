@@ -9,6 +9,8 @@ The vocabulary paper counts tokens in the assistant responses of the drafter's t
 - "builtin": the references of every built-in set, except the examples of the job's own test split;
   "builtin:<domain>" those of one built-in set (a corpus of one domain, for in- vs out-of-domain
   comparisons);
+- "drafter_responses": the replies the job's drafter was trained on (an EAGLE head `specsparse
+  train-drafter` or `drafter.train` made: its `responses.jsonl`), the paper's own corpus;
 - a path to a .jsonl file or to a folder saved by `datasets` (`Dataset.save_to_disk`), or
   "hf:<dataset id>[:<split>]" for `datasets.load_dataset` (the Hub, or its local cache offline).
   Records give their text as "response", as assistant turns of "messages" / "conversations"
@@ -28,7 +30,7 @@ from specsparse.data.examples import DOMAINS
 from specsparse.data.sources import load_examples
 from specsparse.util import read_jsonl
 
-KEYWORDS = ("dense_outputs", "references", "builtin")
+KEYWORDS = ("dense_outputs", "references", "builtin", "drafter_responses")
 ASSISTANT_ROLES = ("assistant", "gpt", "model")
 
 
@@ -88,14 +90,18 @@ def is_keyword(entry: str) -> bool:
     return entry in KEYWORDS or builtin_sets(entry) is not None
 
 
-def corpus_domains(entries: Sequence[str], job_domain: str) -> set[str] | None:
-    """The domains whose texts a corpus holds; None when a file or dataset makes it unknown."""
+def corpus_domains(entries: Sequence[str], job_domain: str,
+                   drafter_domains: Sequence[str] | None = None) -> set[str] | None:
+    """The domains whose texts a corpus holds; None when a file or dataset makes it unknown.
+    drafter_domains: the built-in sets the drafter's training replies answer (None: unknown)."""
     domains: set[str] = set()
     for entry in entries:
         if entry in ("dense_outputs", "references"):
             domains.add(job_domain)
         elif builtin_sets(entry) is not None:
             domains.update(builtin_sets(entry))
+        elif entry == "drafter_responses" and drafter_domains is not None:
+            domains.update(drafter_domains)
         else:
             return None
     return domains

@@ -369,12 +369,29 @@ class EagleDrafter(Drafter):
             raise ValueError("drafter=eagle needs drafter.path=<EAGLE checkpoint directory or Hub id> "
                              "(`specsparse train-drafter` makes one)")
         if train is not None:
-            from specsparse.drafters.eagle_training import TrainingRecipe, trained_head  # noqa: PLC0415
+            from specsparse.drafters.eagle_training import recipe_from_options, trained_head  # noqa: PLC0415
 
-            path = str(trained_head(target, path, TrainingRecipe(**train)))
+            path = str(trained_head(target, path, recipe_from_options(train)))
         model = target.model
-        head = _cached_head(str(path), model)
-        return cls(head, model, tree, vocab_ids, tree_choices)
+        drafter = cls(head=_cached_head(str(path), model), target=model, tree=tree, vocab_ids=vocab_ids,
+                      tree_choices=tree_choices)
+        drafter.checkpoint = Path(path)
+        return drafter
+
+    @classmethod
+    def check_options(cls, path: str = "", tree: Sequence[int] | None = None,
+                      tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> None:
+        if train is not None:
+            from specsparse.drafters.eagle_training import recipe_from_options  # noqa: PLC0415
+
+            recipe_from_options(train)
+
+    @property
+    def training_responses(self) -> Path | None:
+        """The replies the head was trained on (`responses.jsonl` beside a checkpoint `specsparse
+        train-drafter` wrote): the vocabulary paper's corpus. None for other checkpoints."""
+        path = getattr(self, "checkpoint", None)
+        return None if path is None or not (path / "responses.jsonl").is_file() else path / "responses.jsonl"
 
     @property
     def vocab_size(self) -> int:

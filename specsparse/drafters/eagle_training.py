@@ -18,7 +18,8 @@ cross-entropy); 10% of the sequences held out to report the head's top-1 agreeme
 each epoch.
 
 The output directory holds the checkpoint (`model.safetensors`, `config.json`: `drafter=eagle
-drafter.path=DIR`), the generated data (`data.json`), its replies as text (`responses.jsonl`, one
+drafter.path=DIR`), the generated data (`data.json`; heads a job's `drafter.train` recipe trains keep
+it in their folder's `data/`, shared by heads trained on the same replies), its replies as text (`responses.jsonl`, one
 {"response"} per training sequence: the corpus the vocabulary paper counts a draft vocabulary on,
 `vocab_corpus=[DIR/responses.jsonl]`), `training.json` (losses and agreement per epoch) and, while
 training runs, `resume.pt`: an interrupted run started again resumes there.
@@ -62,6 +63,7 @@ class TrainingRecipe:
     prompts: str = "builtin"  # builtin (the built-in calibration splits) or a JSONL of prompts
     # builtin: the calibration split of each built-in set as a job with these domain options splits it
     # (domain.limit, calibration_fraction, split_seed), so none of that job's test prompts is trained on.
+    domains: tuple[str, ...] | None = None  # builtin: these sets only (None: all; the head is in domain there)
     limit: int | None = None
     calibration_fraction: float = 0.2
     split_seed: int = 0
@@ -99,6 +101,9 @@ class TrainingRecipe:
             raise ValueError("temperature and learning rate must be finite numbers")
         if self.vocab_file is not None:
             read_vocab_file(self.vocab_file)
+        unknown = sorted(set(self.domains or ()) - set(DOMAINS))
+        if unknown or (self.domains is not None and not self.domains):
+            raise ValueError(f"domains {unknown or '[]'}: give built-in sets among {', '.join(DOMAINS)} (or null for all)")
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """The draft vocabulary against the target's, once it is known (before any reply is generated)."""
@@ -126,8 +131,27 @@ def builtin_calibration(recipe: TrainingRecipe) -> dict[str, list]:
     """Per built-in set, its calibration split as a job with the recipe's domain options has it (the
     examples `DomainSpec(name, limit=..., calibration_fraction=..., split_seed=...).load("calibration")`
     gives): a job's test prompts are never among them."""
-    return {name: split_examples(load_examples(domain, "builtin", limit=recipe.limit), recipe.calibration_fraction,
-                                 recipe.split_seed)[0] for name, domain in DOMAINS.items()}
+    return {name: split_examples(load_examples(name, "builtin", limit=recipe.limit), recipe.calibration_fraction,
+                                 recipe.split_seed)[0] for name in recipe.domains or DOMAINS}
+
+
+def recipe_from_options(options: dict) -> TrainingRecipe:
+    """A `TrainingRecipe` from config options (`drafter.train`), or one ValueError naming the option."""
+    if not isinstance(options, dict):
+        raise ValueError(f"drafter.train={options!r}: give TrainingRecipe fields, e.g. {{epochs: 4}}")
+    fields = set(TrainingRecipe.__dataclass_fields__)
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ValueError(f"drafter.train has no option(s) {unknown} (accepted: {', '.join(sorted(fields))})")
+    domains = options.get("domains")
+    recipe = TrainingRecipe(**{**options, "domains": None if domains is None else tuple(domains)})
+    recipe.check()
+    return recipe
+
+
+def training_domains(recipe: TrainingRecipe) -> list[str] | None:
+    """The built-in sets a head's training replies come from (None: a prompt file's, unknown)."""
+    return list(recipe.domains or DOMAINS) if recipe.prompts == "builtin" else None
 
 
 def training_prompts(target: LoadedModel, recipe: TrainingRecipe) -> list[list[int]]:
@@ -349,30 +373,49 @@ def trained_head(target: LoadedModel, root: str | Path, recipe: TrainingRecipe) 
     directory.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{directory}.lock"):
         if not (directory / "config.json").is_file():
-            train_eagle_head(target, directory, recipe)
+            with FileLock(str(Path(root) / "data.lock")):  # heads trained on the same replies generate them once
+                training_records(target, recipe, Path(root) / "data")
+            train_eagle_head(target, directory, recipe, data_dir=Path(root) / "data")
     return directory
 
 
-def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRecipe = TrainingRecipe()) -> Path:
-    """Train (or resume training) an EAGLE head for `target` into `output`; returns the directory."""
+def training_data_key(target: LoadedModel, recipe: TrainingRecipe) -> dict:
+    """What decides the generated training data (heads of recipes that differ elsewhere share it)."""
+    return {"target": target.identity, "prompts": recipe.prompts, "domains": recipe.domains, "limit": recipe.limit,
+            "calibration_fraction": recipe.calibration_fraction, "split_seed": recipe.split_seed,
+            "max_new_tokens": recipe.max_new_tokens, "max_length": recipe.max_length,
+            "sampled_replies": recipe.sampled_replies, "temperature": recipe.temperature, "seed": recipe.seed}
+
+
+def training_records(target: LoadedModel, recipe: TrainingRecipe, where: str | Path) -> list[dict]:
+    """The recipe's training data (`generate_data`), generated once and kept in `where`: a file, or
+    a folder holding one file per data key."""
+    key = training_data_key(target, recipe)
+    path = Path(where)
+    if path.suffix != ".json":
+        path = path / f"{content_hash(key)[:16]}.json"
+    recorded = json.loads(path.read_text()) if path.is_file() else None
+    if recorded is not None and recorded["key"] == key:
+        return recorded["records"]
+    records = generate_data(target, recipe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(path, {"key": key, "records": records})
+    return records
+
+
+def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRecipe = TrainingRecipe(),
+                     data_dir: str | Path | None = None) -> Path:
+    """Train (or resume training) an EAGLE head for `target` into `output`; returns the directory.
+    data_dir: where the generated data is kept by content (shared by heads trained on the same
+    replies, e.g. one per draft vocabulary); None: `output/data.json`."""
     recipe.check()
     recipe.check_vocabulary(target.model.config.vocab_size)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(recipe.seed)
     started = time.perf_counter()
-    data_path = output / "data.json"
-    recorded = json.loads(data_path.read_text()) if data_path.is_file() else None
-    data_key = {"target": target.identity, "prompts": recipe.prompts, "limit": recipe.limit,
-                "calibration_fraction": recipe.calibration_fraction, "split_seed": recipe.split_seed,
-                "max_new_tokens": recipe.max_new_tokens,
-                "max_length": recipe.max_length, "sampled_replies": recipe.sampled_replies,
-                "temperature": recipe.temperature, "seed": recipe.seed}
-    if recorded is not None and recorded["key"] == data_key:
-        records = recorded["records"]
-    else:
-        records = generate_data(target, recipe)
-        _write_json(data_path, {"key": data_key, "records": records})
+    data_key = training_data_key(target, recipe)
+    records = training_records(target, recipe, output / "data.json" if data_dir is None else data_dir)
     responses = [{"response": target.tokenizer.decode(r["tokens"][r["prompt_length"]:], skip_special_tokens=True)}
                  for r in records]
     atomic_write_text(output / "responses.jsonl", "".join(json.dumps(r) + "\n" for r in responses))

@@ -32,6 +32,7 @@ from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.drafters.base import Drafter
 from specsparse.drafters.eagle import EagleDrafter, own_vocabulary
 from specsparse.jobs.reproduce import data_fingerprint
+from specsparse.jobs.vocab_comparison import VocabComparisonSpec
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
 from specsparse.measuring.profile import ProfileError, load_profile
@@ -73,6 +74,7 @@ class JobPlan:
     output_dir: Path
     max_measurements: int | None = None  # the search driver's budget of new measurements
     timing_prompts: int | None = 24  # test prompts timed side by side (None: all)
+    vocab_comparison: VocabComparisonSpec | None = None  # search=tpe_vocab: the vocabulary paper's comparison
     evaluate_test: bool = True
     progress: bool = True
     experiment: str | None = None
@@ -128,6 +130,9 @@ def build_plan(
         vocab_corpus=_vocab_corpus(config.get("vocab_corpus", EvaluationSpec.vocab_corpus), cwd_path),
         cost_profile=_cost_profile(config.get("cost") or {}, model, cwd_path),
     )
+    if "drafter_responses" in evaluation.vocab_corpus:
+        _check_drafter_responses(drafter)
+    vocab_comparison = _vocab_comparison(config.get("vocab_comparison"), search, drafter)
     paths = config.get("paths") or {}
     store = paths.get("store", "outputs/store.sqlite")
     if not isinstance(store, str) or not store:
@@ -143,6 +148,7 @@ def build_plan(
         output_dir=_absolute(output_dir, cwd_path),
         max_measurements=max_measurements,
         timing_prompts=_timing_prompts(config.get("timing_prompts", 24)),
+        vocab_comparison=vocab_comparison,
         evaluate_test=_flag(config, "evaluate_test"),
         progress=_flag(config, "progress"),
         experiment=config.get("experiment_name"),
@@ -156,6 +162,35 @@ def build_plan(
 
 def _drafts_trees(options: Mapping[str, Any]) -> bool:
     return any(options.get(k) for k in ("tree", "tree_choices", "recycling_tree")) or (options.get("branches") or 1) > 1
+
+
+def _check_drafter_responses(drafter: Component) -> None:
+    """vocab_corpus=[drafter_responses] needs a drafter whose training replies are known."""
+    path = drafter.options.get("path")
+    if drafter.cls is EagleDrafter and (drafter.options.get("train")
+                                        or (isinstance(path, str) and (Path(path) / "responses.jsonl").is_file())):
+        return
+    raise ConfigError(f"vocab_corpus drafter_responses: drafter {drafter.name} has no training replies: use "
+                      "drafter=eagle with drafter.train (or drafter.path a head `specsparse train-drafter` wrote)")
+
+
+def _vocab_comparison(value: Any, search: Component, drafter: Component) -> VocabComparisonSpec | None:
+    """`vocab_comparison`: null, or the options of the vocabulary paper's comparison (search=tpe_vocab only)."""
+    if value is None:
+        return None
+    if not issubclass(search.cls, TPEVocabSearch):
+        raise ConfigError("vocab_comparison compares draft vocabularies that search=tpe_vocab picks: "
+                          "use search=tpe_vocab, or vocab_comparison=null")
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"vocab_comparison={value!r}: give its options ({', '.join(VocabComparisonSpec.fields())}) or null")
+    try:
+        spec = VocabComparisonSpec.from_options(value)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"vocab_comparison: {first_line(err)}") from None
+    if spec.train_at_k and not (drafter.cls is EagleDrafter and drafter.options.get("train")):
+        raise ConfigError("vocab_comparison.train_at_k trains a head at the searched k with drafter.train's "
+                          "recipe: use drafter=eagle with drafter.train, or vocab_comparison.train_at_k=false")
+    return spec
 
 
 def _vocab_corpus(value: Any, cwd: Path) -> tuple[str, ...]:

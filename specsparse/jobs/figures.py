@@ -124,12 +124,16 @@ def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Pa
 
 
 def plot_vocab_coverage(info: dict, title: str, path: str | os.PathLike) -> Path:
-    """C(k) and R(k) of a vocabulary search against k (log scale), the minimum coverage and the chosen k."""
+    """C(k), R(k) and TPE's objective alpha C(k) + (1 - alpha) R(k) of a vocabulary search against k
+    (log scale), the minimum coverage and the chosen k."""
     curve = np.array(info["curve"], dtype=float)  # rows (k, coverage, latency reduction)
     fig = new_figure()
     ax = fig.subplots()
     ax.plot(curve[:, 0], curve[:, 1], label="coverage C(k)")
     ax.plot(curve[:, 0], curve[:, 2], label="modeled latency reduction R(k)")
+    alpha = info["alpha"]
+    ax.plot(curve[:, 0], alpha * curve[:, 1] + (1 - alpha) * curve[:, 2], ls=":", color="black",
+            label=f"objective {alpha:g} C + {1 - alpha:g} R")
     ax.axhline(info["min_coverage"], color="grey", ls="--", lw=0.8, label=f"minimum coverage {info['min_coverage']}")
     ax.axvline(info["k"], color="black", lw=0.8, label=f"chosen k = {info['k']} (C = {info['coverage']:.3f})")
     ax.set_xscale("log")

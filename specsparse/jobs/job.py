@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.data.corpus import corpus_domains
+from specsparse.drafters.eagle_training import recipe_from_options, training_domains
 from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.runners import Runner
 from specsparse.jobs.store import ResultsStore, measurement_to_dict
+from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
 from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval
@@ -55,6 +57,7 @@ class JobResult:
     metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
     guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
     draws_test: list[Measurement] | None = None  # random search: every draw on the test split
+    vocab_comparison: dict[str, Any] | None = None  # `specsparse.jobs.vocab_comparison.compare_vocabularies`
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on
@@ -95,6 +98,7 @@ class JobResult:
             "notes": list(s.notes),
             "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
             "vocab_corpus": self.vocab_corpus(),
+            "vocab_comparison": self.vocab_comparison,
             "job_wall_time_s": self.wall_time_s,
         }
 
@@ -116,7 +120,9 @@ class JobResult:
         if self.search_result.strategy != "tpe_vocab":
             return None
         entries = list(self.description.get("vocab_corpus") or ())
-        domains = corpus_domains(entries, self.domain)
+        train = (self.description.get("drafter") or {}).get("options", {}).get("train")
+        drafter_domains = None if not train else training_domains(recipe_from_options(train))
+        domains = corpus_domains(entries, self.domain, drafter_domains)
         return {"entries": entries, "domains": None if domains is None else sorted(domains),
                 "in_domain": None if domains is None else self.domain in domains}
 
@@ -215,8 +221,10 @@ def run_job(
     on_measurement: OnMeasurement | None = None,
     progress: bool = True,
     timing_prompts: int | None = 24,
+    vocab_comparison: VocabComparisonSpec | None = None,
 ) -> JobResult:
-    """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`."""
+    """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`.
+    vocab_comparison (search=tpe_vocab): then the vocabulary paper's comparison on the test split."""
     start = time.perf_counter()
     calibration = evaluator_for(spec.with_split("calibration"))
     try:
@@ -245,10 +253,13 @@ def run_job(
                                                              timing_prompts)
         if result.info.get("draws"):  # random search is reported as the mean over its draws too
             draws_test = measure_on_test(spec, [Candidate(tuple(d)) for d in result.info["draws"]], runner, store)
+    compared = None
+    if vocab_comparison is not None and evaluate_test:
+        compared = compare_vocabularies(spec, calibration, strategy, vocab_comparison, timing_prompts, progress)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
                     time.perf_counter() - start, calibration.target.num_layers, description, timing,
                     float(search.options.get("eps_metric", 0.05)), calibration.domain.metric, strategy.quality_guard(),
-                    draws_test)
+                    draws_test, compared)
     test_examples = evaluator_for(spec.with_split("test")).examples if evaluate_test else ()
     write_job_outputs(job, calibration, test_examples)
     return job
@@ -316,7 +327,7 @@ def run_plan(plan: JobPlan) -> JobResult:
         job = run_job(
             plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,
             on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
-            timing_prompts=plan.timing_prompts,
+            timing_prompts=plan.timing_prompts, vocab_comparison=plan.vocab_comparison,
         )
         identity = job.description
         record.update(

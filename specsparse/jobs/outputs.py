@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, write_config_map
+from specsparse.jobs.vocab_comparison import comparison_markdown
 from specsparse.measuring.fidelity import fidelity_scores
 from specsparse.metrics import SCALE, metric_description
 from specsparse.search.base import SearchResult
@@ -49,6 +50,8 @@ def write_job_outputs(job: JobResult, calibration: Evaluator, test_examples: Seq
     write_measurements_csv(out / "measurements.csv", job.search_result, job.metric)
     if job.test_dense is not None and job.test_selected is not None:
         write_samples_jsonl(out / "samples.jsonl", test_examples, job.test_dense, job.test_selected)
+    if job.vocab_comparison is not None:
+        atomic_write_text(out / "vocab_comparison.md", comparison_markdown(job.vocab_comparison))
     atomic_write_text(out / "summary.json", strict_json(job.summary()))
 
 
@@ -204,6 +207,9 @@ def results_table(job: JobResult) -> str:
     )
     for note in s["notes"]:
         lines.append(f"note: {note}")
+    if job.vocab_comparison is not None:
+        lines += [f"draft vocabularies on the test split, timed side by side on {job.vocab_comparison['prompts']} "
+                  "prompts (vocab_comparison.md):", comparison_markdown(job.vocab_comparison).rstrip()]
     return "\n".join(lines)
 
 

@@ -386,6 +386,56 @@ def table_vocab(records: Sequence[JobRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=VOCAB_COLUMNS)
 
 
+VOCAB_COMPARISON_COLUMNS = [
+    "model", "domain", "in_domain", "method", "label", "k", "coverage_corpus", "coverage_generations",
+    "modeled_latency_reduction", "accept_length", "draft_ms_per_step", "measured_tokens_per_s",
+    *_bounded("measured_latency_s"), *_bounded("measured_speedup_vs_full"), *_bounded("measured_speedup_vs_plain"),
+    "same_as_plain", "prompts", "k_stability_mean", "k_stability_min", "k_stability_max", "k_stability_jaccard"]
+
+
+def table_vocab_comparison(records: Sequence[JobRecord]) -> pd.DataFrame:
+    """The vocabulary paper's comparison (`vocab_comparison`), one row per head and domain: plain
+    decoding, the full head, fixed top-k heads, the full head pruned at TPE's k and the head trained
+    at k, every row timed side by side on the domain's test prompts; in or out of domain as the
+    corpus says; the stability of k over corpus subsets on every row of its domain."""
+    rows = []
+    groups = latest([r for r in records if r.summary.get("vocab_comparison")], "model", "domain")
+    for (model, domain), record in sorted(groups.items(), key=lambda i: tuple(map(str, i[0]))):
+        s = record.summary
+        comparison = s["vocab_comparison"]
+        in_domain = (s.get("vocab_corpus") or {}).get("in_domain")
+        stability = comparison.get("stability") or {}
+        for row in comparison["rows"]:
+            rows.append({
+                "model": model, "domain": domain,
+                "in_domain": {True: "in domain", False: "out of domain", None: "unknown"}[in_domain],
+                **{key: row[key] for key in ("method", "label", "k", "coverage_corpus", "coverage_generations",
+                                             "modeled_latency_reduction", "accept_length", "draft_ms_per_step",
+                                             "measured_tokens_per_s", "same_as_plain")},
+                **_with_bounds("measured_latency_s", row["measured_latency_s"]),
+                **_with_bounds("measured_speedup_vs_full", row["measured_speedup_vs_full"]),
+                **_with_bounds("measured_speedup_vs_plain", row["measured_speedup_vs_plain"]),
+                "prompts": comparison["prompts"], "k_stability_mean": stability.get("k_mean"),
+                "k_stability_min": stability.get("k_min"), "k_stability_max": stability.get("k_max"),
+                "k_stability_jaccard": stability.get("jaccard_mean"),
+            })
+    return pd.DataFrame(rows, columns=VOCAB_COMPARISON_COLUMNS)
+
+
+def slim_vocab_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+    """The comparison as the paper lays it out: one line per head, intervals in brackets."""
+    return pd.DataFrame({
+        "domain": frame["domain"], "head": frame["label"], "k": frame["k"],
+        "C(k) corpus": frame["coverage_corpus"], "C(k) target replies": frame["coverage_generations"],
+        "R(k) modeled": frame["modeled_latency_reduction"], "accept length": frame["accept_length"],
+        "draft ms/step": frame["draft_ms_per_step"], "measured tok/s": frame["measured_tokens_per_s"],
+        "latency s [95% CI]": [_cell(r, "measured_latency_s", 3) for _, r in frame.iterrows()],
+        "vs full [95% CI]": [_cell(r, "measured_speedup_vs_full", 2, "x") for _, r in frame.iterrows()],
+        "vs plain [95% CI]": [_cell(r, "measured_speedup_vs_plain", 2, "x") for _, r in frame.iterrows()],
+        "replies = plain": [f"{a}/{b}" for a, b in zip(frame["same_as_plain"], frame["prompts"])],
+    })
+
+
 def _cell(row: pd.Series, name: str, digits: int, suffix: str = "") -> str:
     """"point [low-high]" of a bounded column (just the point without bounds; "n/a" without it)."""
     point, low, high = (row.get(c) for c in _bounded(name))
@@ -624,6 +674,21 @@ def build_report(
     if not vocab.empty:
         written["table_vocab"] = write_table(vocab, out / "table_vocab", "Draft vocabulary trimming, in and out of domain")
         sections += ["## Draft vocabulary trimming: in and out of domain", "", to_markdown(vocab)]
+    compared = table_vocab_comparison(records)
+    for where in ("in domain", "out of domain", "unknown"):
+        part = compared[compared["in_domain"] == where]
+        if part.empty:
+            continue
+        stem = "table_vocab_" + where.replace(" ", "_")
+        written[stem] = write_table(part, out / stem, f"Draft heads {where}, timed side by side per domain",
+                                    slim_vocab_comparison(part))
+        stability = part.drop_duplicates("domain")
+        sections += [f"## Draft heads {where}: full, fixed top-k, pruned at k, trained at k", "",
+                     to_markdown(slim_vocab_comparison(part)), "",
+                     "TPE's k over corpus subsets: " + "; ".join(
+                         f"{r.domain} {format_cell('k', r.k_stability_mean)} [{r.k_stability_min}-{r.k_stability_max}], "
+                         f"Jaccard {format_cell('jaccard', r.k_stability_jaccard)}"
+                         for r in stability.itertuples() if r.k_stability_mean is not None), ""]
     if plots:
         written["pareto"] = []
         multiple_models = len({r.model for r in records}) > 1
@@ -644,7 +709,7 @@ def build_report(
                 frame = pd.read_json(samples, lines=True, dtype={"metric_dense": float, "metric_tss": float})
                 written["samples"].append(plot_samples(frame, domain, out / f"samples_{stem}.png"))
         for key, heading in (("pareto", "Pareto fronts"), ("samples", "Per test prompt, dense vs TSS"),
-                             ("vocab_coverage", "Draft vocabulary: coverage and modeled latency reduction vs k")):
+                             ("vocab_coverage", "Draft vocabulary: coverage, modeled latency reduction and the objective vs k")):
             if written[key]:
                 sections += [f"## {heading}", ""] + [f"![{p.stem}]({p.name})" for p in written[key]] + [""]
         stores = list(dict.fromkeys(

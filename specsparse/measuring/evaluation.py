@@ -217,24 +217,31 @@ class Evaluator:
 
     # -- vocabulary trimming -------------------------------------------------------------------
     @functools.cached_property
-    def token_counts(self) -> dict[int, int]:
-        """Token frequencies of the `vocab_corpus` of assistant responses, built from the *calibration*
-        split whatever this evaluator's split: the vocabulary is chosen there, and the test split
-        measures exactly those ids. No text of the test split enters (`specsparse.data.corpus`)."""
+    def corpus_token_ids(self) -> list[list[int]]:
+        """Token ids of each text of the `vocab_corpus` of assistant responses, built from the
+        *calibration* split whatever this evaluator's split: the vocabulary is chosen there, and the
+        test split measures exactly those ids. No text of the test split enters (`specsparse.data.corpus`)."""
         if self.spec.split != "calibration":
-            return evaluator_for(self.spec.with_split("calibration")).token_counts
+            return evaluator_for(self.spec.with_split("calibration")).corpus_token_ids
         texts: list[str] = []
         for entry in self.spec.vocab_corpus:
             if entry == "dense_outputs":
                 texts += [p.output_text for p in self.evaluate(Candidate(), progress=False).per_prompt]
             elif entry == "references":
                 texts += [ref for ex in self.examples for ref in ex.references[:1]]
+            elif entry == "drafter_responses":
+                texts += load_responses(str(self.drafter_factory(None)().training_responses))
             elif is_keyword(entry):  # the built-in sets
                 texts += builtin_responses(entry, exclude_ids=self.test_ids)
             else:
                 texts += load_responses(entry)
         tokenizer = self.target.tokenizer
-        return dict(token_frequencies(tokenizer(text, add_special_tokens=False).input_ids for text in texts))
+        return [tokenizer(text, add_special_tokens=False).input_ids for text in texts]
+
+    @functools.cached_property
+    def token_counts(self) -> dict[int, int]:
+        """Token frequencies of the corpus (`corpus_token_ids`)."""
+        return dict(token_frequencies(self.corpus_token_ids))
 
     def vocab_ids(self, k: int) -> list[int]:
         vocab_size = self.target.model.config.vocab_size

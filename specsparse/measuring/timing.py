@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -27,19 +27,29 @@ class SideBySide:
     """Engine throughput of each configuration on the same prompts, and the speedup of every
     configuration over every earlier one, with 95% paired-bootstrap intervals over prompts.
 
-    speedups["selected/dense"] = [point, low, high]: tokens/s of "selected" over "dense"."""
+    speedups["selected/dense"] = [point, low, high]: tokens/s of "selected" over "dense".
+    accept_lengths: tokens per verification step (bonus included); draft_ms_per_step: drafting time
+    per step; latency_s: mean wall time of a request with its 95% interval; same_as_first: prompts whose reply equals the first configuration's token for token.
+    outputs: each configuration's reply token ids per prompt (not written: `as_dict` leaves them out)."""
 
     labels: tuple[str, ...]
     tokens_per_s: tuple[float, ...]
     speedups: dict[str, list[float]]
     prompts: int
+    accept_lengths: tuple[float, ...] = ()
+    latency_s: tuple[list[float], ...] = ()  # per configuration: mean seconds per request [point, low, high]
+    draft_ms_per_step: tuple[float, ...] = ()
+    same_as_first: tuple[int, ...] = ()
+    outputs: tuple[tuple[tuple[int, ...], ...], ...] = field(default=(), repr=False, compare=False)
 
     def speedup(self, label: str, over: str) -> list[float] | None:
         return self.speedups.get(f"{label}/{over}")
 
     def as_dict(self) -> dict:
         return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedups": self.speedups,
-                "prompts": self.prompts}
+                "prompts": self.prompts, "accept_lengths": list(self.accept_lengths),
+                "latency_s": list(self.latency_s),
+                "draft_ms_per_step": list(self.draft_ms_per_step), "same_as_first": list(self.same_as_first)}
 
 
 Runner = Callable[[Example], GenerationResult]  # generates one example's reply with the engine
@@ -75,7 +85,8 @@ def time_runners(
     if len(runners) < 2:
         raise ValueError("side-by-side timing needs at least two configurations")
     tokens = np.zeros((len(examples), len(runners)))
-    seconds = np.zeros_like(tokens)
+    seconds, steps, accepted, draft_seconds = (np.zeros_like(tokens) for _ in range(4))
+    outputs: list[list[tuple[int, ...]]] = [[() for _ in examples] for _ in runners]
     order = list(range(len(runners)))
     with tqdm(total=len(examples) * repeats * len(order), desc="timing side by side", disable=not progress,
               leave=False) as bar, torch.inference_mode():
@@ -85,6 +96,10 @@ def time_runners(
                     result = runners[c][1](example)
                     tokens[i, c] += result.new_tokens
                     seconds[i, c] += result.wall_time_s
+                    steps[i, c] += result.target_forwards
+                    accepted[i, c] += sum(result.accept_lengths)
+                    draft_seconds[i, c] += result.draft_time_s
+                    outputs[c][i] = result.new_token_ids
                     bar.update()
                 order.reverse()
     rate = tokens.sum(0) / seconds.sum(0)
@@ -95,4 +110,15 @@ def time_runners(
     for i, j in itertools.combinations(range(len(labels)), 2):
         low, high = np.percentile(rates[:, j] / rates[:, i], [2.5, 97.5])
         speedups[f"{labels[j]}/{labels[i]}"] = [float(rate[j] / rate[i]), float(low), float(high)]
-    return SideBySide(labels, tuple(float(r) for r in rate), speedups, len(examples))
+    total_steps = np.maximum(steps.sum(0), 1)
+    latencies = seconds[draws].mean(1) / repeats  # [draws, configurations]
+    latency = [[float(point), *map(float, np.percentile(latencies[:, c], [2.5, 97.5]))]
+               for c, point in enumerate(seconds.mean(0) / repeats)]
+    return SideBySide(
+        labels, tuple(float(r) for r in rate), speedups, len(examples),
+        accept_lengths=tuple(float(a) for a in accepted.sum(0) / total_steps),
+        latency_s=tuple(latency),
+        draft_ms_per_step=tuple(float(d) for d in 1000 * draft_seconds.sum(0) / total_steps),
+        same_as_first=tuple(sum(o == first for o, first in zip(out, outputs[0])) for out in outputs),
+        outputs=tuple(tuple(out) for out in outputs),
+    )

@@ -327,6 +327,11 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
                        help="trim the head to the K most frequent tokens of the training data")
     vocab.add_argument("--vocab-file", metavar="FILE.json", default=None,
                        help="trim the head to these token ids (a JSON list, e.g. a TPE search's vocabulary)")
+    p.add_argument("--arch", choices=("eagle", "eagle3"), default=defaults.arch,
+                   help="eagle: the EAGLE-1 layout (final-norm features, the target's LM head); eagle3: EAGLE-3 "
+                        "(low/middle/high features fused, its own LM head over the draft vocabulary, training-time test)")
+    p.add_argument("--ttt-steps", type=int, default=defaults.ttt_steps,
+                   help="eagle3: training-time test steps (EAGLE-3 uses 7)")
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.set_defaults(func=run_train_drafter)
@@ -351,7 +356,7 @@ def run_train_drafter(args: argparse.Namespace) -> int:
         prompts=args.prompts, max_new_tokens=args.max_new_tokens, sampled_replies=args.sampled_replies,
         temperature=args.temperature, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, vocab_size=args.vocab_size,
-        vocab_file=args.vocab_file, seed=args.seed,
+        vocab_file=args.vocab_file, arch=args.arch, ttt_steps=args.ttt_steps, seed=args.seed,
     )
     try:
         recipe.check()  # before the model loads; the vocabulary's size is checked once it has
@@ -373,16 +378,22 @@ def run_train_drafter(args: argparse.Namespace) -> int:
 def add_export_command(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export",
-        help="write a trimmed draft vocabulary as a token map serving stacks read (SGLang --speculative-token-map)",
+        help="write a trimmed draft vocabulary as a token map (SGLang --speculative-token-map), or a trained "
+             "EAGLE-3 head as a checkpoint folder of the official layout",
         description="Writes the kept token ids of a domain's trimmed draft vocabulary (from a config map, or a JSON "
                     "list) as the file SGLang's --speculative-token-map loads: a list of ids that torch.load reads "
-                    "with weights_only=True (FR-Spec's format).",
+                    "with weights_only=True (FR-Spec's format). Or, with --eagle-head, copies a head "
+                    "`train-drafter --arch eagle3` trained into a folder of the official EAGLE-3 layout "
+                    "(config.json with LlamaForCausalLMEagle3 and draft_vocab_size; midlayer.*, fc, norm, lm_head, "
+                    "d2t, t2d), which EAGLE-3 loaders read.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--config-map", metavar="PATH", help="a config map with draft_vocab_ids (search=tpe_vocab)")
     source.add_argument("--vocab-file", metavar="FILE.json", help="a JSON list of token ids")
+    source.add_argument("--eagle-head", metavar="DIR", help="a head `train-drafter --arch eagle3` trained")
     p.add_argument("--domain", help="with --config-map: the domain whose vocabulary to export")
-    p.add_argument("--token-map", required=True, metavar="OUT.pt", help="the file to write")
+    p.add_argument("--token-map", metavar="OUT.pt", help="with --config-map or --vocab-file: the file to write")
+    p.add_argument("--output", metavar="DIR", help="with --eagle-head: the folder to write (new or empty)")
     p.set_defaults(func=run_export)
 
 
@@ -390,6 +401,10 @@ def run_export(args: argparse.Namespace) -> int:
     from specsparse.config_map import ConfigMapError, load_config_map  # noqa: PLC0415
     from specsparse.drafters.eagle_training import read_vocab_file  # noqa: PLC0415
 
+    if args.eagle_head:
+        return export_eagle_head(args)
+    if not args.token_map or args.output:
+        return fail("--config-map and --vocab-file write --token-map OUT.pt (--output is for --eagle-head)")
     out = Path(args.token_map)
     if out.is_dir() or not out.parent.is_dir():
         return fail(f"--token-map {out}: give a file path in an existing folder")
@@ -416,6 +431,33 @@ def run_export(args: argparse.Namespace) -> int:
     torch.save([int(i) for i in ids], tmp)
     tmp.replace(out)  # whole or absent
     print(f"token map: {out} ({len(ids)} ids); SGLang: --speculative-token-map {out}")
+    return 0
+
+
+def export_eagle_head(args: argparse.Namespace) -> int:
+    """--eagle-head DIR --output FOLDER: the checkpoint in the official EAGLE-3 layout."""
+    import shutil  # noqa: PLC0415
+
+    from specsparse.drafters.eagle import official_eagle3_config  # noqa: PLC0415
+
+    if not args.output or args.token_map or args.domain:
+        return fail("--eagle-head writes a checkpoint folder: give --output DIR (not --token-map or --domain)")
+    head, out = Path(args.eagle_head), Path(args.output)
+    try:
+        config = official_eagle3_config(head)
+    except ValueError as err:
+        return fail(f"--eagle-head {head}: {first_line(err)}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return fail(f"--output {out}: give a new or empty folder")
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copyfile(head / "model.safetensors", tmp / "model.safetensors")
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    if out.exists():
+        out.rmdir()
+    tmp.replace(out)  # whole or absent
+    print(f"EAGLE-3 checkpoint: {out} (draft vocabulary {config['draft_vocab_size']} of {config['vocab_size']})")
     return 0
 
 

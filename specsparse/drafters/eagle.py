@@ -141,9 +141,9 @@ class EagleHead(nn.Module):
 
     def logits(self, hidden: torch.Tensor, head_weight: torch.Tensor | None) -> torch.Tensor:
         """Float logits over the draft vocabulary from predicted features [..., h] (`head_weight`:
-        from `head_weight`)."""
-        if self.layout == "eagle3":
-            return self.lm_head(self.norm(hidden)).float()
+        from `head_weight`, or rows of an EAGLE-3 head's own LM head)."""
+        if self.layout == "eagle3":  # its own head, or rows of it (a vocabulary trimmed after training)
+            return nn.functional.linear(self.norm(hidden), self.lm_head.weight if head_weight is None else head_weight).float()
         return nn.functional.linear(hidden, head_weight).float()
 
     def save(self, directory: str | Path) -> None:
@@ -164,6 +164,23 @@ class EagleHead(nn.Module):
             eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.feature_layers)},
         )
         atomic_write_text(directory / "config.json", json.dumps(config, indent=2, default=str))
+
+
+def official_eagle3_config(directory: str | Path) -> dict:
+    """The config.json official EAGLE-3 checkpoints carry (LlamaForCausalLMEagle3, draft_vocab_size,
+    the fused layers under eagle_config) for a head this package saved; ValueError unless the folder
+    holds an EAGLE-3 head in safetensors."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file() or not (directory / "model.safetensors").is_file():
+        raise ValueError("no EAGLE checkpoint (config.json and model.safetensors) in this folder")
+    config = json.loads((directory / "config.json").read_text())
+    if config.get("eagle_layout") != "eagle3":
+        raise ValueError("an EAGLE-1-layout head: train one with `specsparse train-drafter --arch eagle3`")
+    for key in ("eagle_layout", "bias", "_name_or_path"):
+        config.pop(key, None)
+    config.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
+                  tie_word_embeddings=False)
+    return config
 
 
 def _prefix(layout: str) -> str:
@@ -203,9 +220,10 @@ def _read_state(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def own_vocabulary(source: str) -> str | None:
-    """Why the local checkpoint at `source` drafts from a vocabulary of its own (EAGLE-3, or a head
-    trained trimmed), so that a searched one cannot replace it; None when it can, or when there is no
-    local checkpoint yet. Reads tensor names only."""
+    """Why the local checkpoint at `source` drafts from a trimmed vocabulary of its own (a head trained
+    trimmed, as official EAGLE-3 heads are), so that a searched one cannot replace it; None when it
+    can (a full-vocabulary head of either layout), or when there is no local checkpoint yet. Reads
+    tensor names only."""
     directory = Path(source).expanduser()
     weights = next((directory / n for n in WEIGHT_FILES if (directory / n).is_file()), None)
     if weights is None:
@@ -217,10 +235,7 @@ def own_vocabulary(source: str) -> str | None:
             keys = set(file.keys())
     else:
         keys = set(torch.load(weights, map_location="cpu", weights_only=True))
-    keys = {k.removeprefix("model.") for k in keys}
-    if any(k.startswith("midlayer.") for k in keys):
-        return f"{source} is an EAGLE-3 head, which drafts from its own vocabulary (d2t)"
-    if "d2t" in keys:
+    if any(k.removeprefix("model.") == "d2t" for k in keys):
         return f"{source} was trained with a trimmed vocabulary of its own (d2t)"
     return None
 
@@ -329,7 +344,7 @@ class EagleDrafter(Drafter):
     """
 
     name = "eagle"
-    trims_vocabulary = True  # EAGLE-1/2 heads draft through the target's LM head rows
+    trims_vocabulary = True  # full-vocabulary heads draft through rows of their LM head
     # Proposals depend on the committed context and the target's features of it, which a greedy
     # continuation fixes: replay computes them in one forward per sequence (`replay_drafters`).
     replayable = True
@@ -345,12 +360,14 @@ class EagleDrafter(Drafter):
         if self.vocab_ids is None:
             self.draft_to_target = head.draft_to_target
             self.head_weight = head.head_weight(target_head)
-        else:  # a trimmed vocabulary chosen outside the checkpoint (search=tpe_vocab): rows of the target's head
-            if head.layout != "eagle" or head.draft_to_target is not None:
-                raise ValueError("only an EAGLE-1/2 head with the full vocabulary drafts from a trimmed vocabulary "
-                                 "(EAGLE-3 heads and trained-trimmed heads have their own)")
+        else:  # a trimmed vocabulary chosen outside the checkpoint (search=tpe_vocab): rows of the LM head it
+            # drafts with (the target's for EAGLE-1/2, its own for EAGLE-3)
+            if head.draft_to_target is not None:
+                raise ValueError("this head was trained with a trimmed vocabulary of its own (d2t): only a "
+                                 "full-vocabulary head drafts from a vocabulary chosen after training")
             self.draft_to_target = torch.tensor(self.vocab_ids, device=target_head.device)
-            self.head_weight = target_head[self.draft_to_target].contiguous()
+            rows = target_head if head.layout == "eagle" else head.lm_head.weight
+            self.head_weight = rows[self.draft_to_target].contiguous()
         if tree is not None and (len(tree) != 2 or min(tree) < 1):
             raise ValueError(f"eagle tree must be [top_k, total_tokens] with both >= 1, got {list(tree)}")
         if tree is not None and tree_choices is not None:

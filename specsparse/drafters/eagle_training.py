@@ -33,7 +33,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -49,7 +49,7 @@ from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN
-from specsparse.drafters.eagle import EagleHead
+from specsparse.drafters.eagle import EagleHead, eagle3_feature_layers
 from specsparse.types import GenerationConfig
 from specsparse.util import atomic_write_text, content_hash, file_sha256
 
@@ -80,6 +80,8 @@ class TrainingRecipe:
     token_loss_weight: float = 0.1  # EAGLE-1's weight of the cross-entropy against the feature loss
     target_top_k: int = 32  # the target distribution's top-k the cross-entropy uses (EAGLE: all of it)
     prompt_loss_weight: float = 0.0  # EAGLE trains on the assistant's replies only
+    arch: str = "eagle"  # eagle: the EAGLE-1 layout; eagle3: EAGLE-3 (fused features, own head, training-time test)
+    ttt_steps: int = 3  # eagle3: steps of training-time test, the head fed its own outputs (EAGLE-3: 7)
     seed: int = 0
 
     def check(self) -> None:
@@ -87,6 +89,10 @@ class TrainingRecipe:
             raise ValueError("epochs, batch size and max new tokens must be >= 1 and max length >= 8")
         if self.target_top_k < 1:
             raise ValueError(f"target top-k must be >= 1, got {self.target_top_k}")
+        if self.arch not in ("eagle", "eagle3"):
+            raise ValueError(f"arch {self.arch!r}: use eagle (EAGLE-1 layout) or eagle3")
+        if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
+            raise ValueError(f"ttt steps must be an integer >= 1, got {self.ttt_steps!r}")
         if self.sampled_replies < 0 or (self.sampled_replies and not self.temperature > 0):
             raise ValueError("sampled replies must be >= 0, with a positive temperature")
         if not self.learning_rate > 0:
@@ -230,9 +236,11 @@ def head_config(target_config) -> LlamaConfig:
 
 @dataclass(frozen=True)
 class DistillationSequence:
-    """One training sequence: tokens [n], the dense target's final-norm features [n, hidden], and at
-    positions 1..n-1 the target's next-token distribution over the draft vocabulary as its top-k
-    (draft ids [n-1, k] and probabilities [n-1, k]; the tail's mass is dropped)."""
+    """One training sequence: tokens [n], the dense target's features the head reads [n, F] (final-norm
+    states for "eagle", the three fused streams for "eagle3"), and at positions 1..n-1 the target's
+    next-token distribution over the draft vocabulary as its top-k (draft ids [n-1, k] and
+    probabilities [n-1, k], renormalised over the draft vocabulary as EAGLE-3 does; the tail's mass
+    is dropped)."""
 
     tokens: torch.Tensor
     prompt_length: int
@@ -241,20 +249,36 @@ class DistillationSequence:
     target_probs: torch.Tensor
 
 
-def distillation_data(target: LoadedModel, records: Sequence[dict], head_weight: torch.Tensor,
-                      top_k: int) -> list[DistillationSequence]:
-    """The target's features and next-token distributions, one forward per sequence: computed once,
-    not every epoch (the distributions are most of a step's cost over a 49k vocabulary)."""
+def start_from_target_head(head: EagleHead, model, target_rows: torch.Tensor) -> None:
+    """An EAGLE-3 head's own LM head and final norm start as the target's (its draft vocabulary's
+    rows): the head learns to predict features the target's head reads (a deviation: EAGLE-3 trains
+    them from scratch on 68k conversations)."""
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target_rows)
+        norm = getattr(getattr(model, "model", model), "norm", None)
+        if norm is not None and getattr(norm, "weight", None) is not None:
+            head.norm.weight.copy_(norm.weight.float())
+
+
+def distillation_data(target: LoadedModel, records: Sequence[dict], target_rows: torch.Tensor,
+                      top_k: int, feature_layers: Sequence[int] = (FINAL_HIDDEN,)) -> list[DistillationSequence]:
+    """The target's features and next-token distributions (its LM head's `target_rows`, the draft
+    vocabulary's), one forward per sequence: computed once, not every epoch (the distributions are
+    most of a step's cost over a 49k vocabulary)."""
+    layers = tuple(feature_layers) if FINAL_HIDDEN in feature_layers else (*feature_layers, FINAL_HIDDEN)
+    width = target.model.config.hidden_size
     data = []
     with torch.inference_mode():
         for record in tqdm(records, desc="target features", unit="seq"):
-            session = ModelSession(target.model, (), (FINAL_HIDDEN,))
+            session = ModelSession(target.model, (), layers)
             session.hidden_states(record["tokens"])
             features = session.features.float()
-            probs = torch.softmax(nn.functional.linear(features[1:], head_weight), dim=-1)
+            final = features[:, -width:]
+            inputs = features if len(layers) == 1 else features[:, : len(feature_layers) * width]
+            probs = torch.softmax(nn.functional.linear(final[1:], target_rows), dim=-1)
             top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
             data.append(DistillationSequence(torch.tensor(record["tokens"]), record["prompt_length"],
-                                             features.cpu(), top.indices.int().cpu(), top.values.cpu()))
+                                             inputs.cpu(), top.indices.int().cpu(), top.values.cpu()))
     return data
 
 
@@ -277,34 +301,38 @@ class Trainer:
         self.history: list[dict] = []
         self.generator = torch.Generator().manual_seed(recipe.seed)
 
-    def losses(self, batch: list[DistillationSequence], noise: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(feature loss, token loss, top-1 agreement at each reply position) of one padded batch.
-        Position j reads (f_j, x_{j+1}) and predicts f_{j+1}; the positions predicting reply tokens
-        (j >= prompt length - 2) weigh 1, the prompt's `prompt_loss_weight`."""
+    def losses(self, batch: list[DistillationSequence], noise: bool) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """(loss, its parts, top-1 agreement at each reply position) of one padded batch.
+        Position j reads (f_j, x_{j+1}) and predicts f_{j+1}, whose logits predict x_{j+2}; the
+        positions predicting reply tokens (j >= prompt length - 2) weigh 1, the prompt's
+        `prompt_loss_weight`. "eagle": smooth-L1 on f_{j+1} + token_loss_weight x cross-entropy;
+        "eagle3": EAGLE-3's training-time test (`_ttt_loss`)."""
         width = max(len(s.tokens) for s in batch) - 1
-        hidden = batch[0].features.shape[-1]
+        feature_width = batch[0].features.shape[-1]
         top_k = batch[0].target_ids.shape[-1]
-        states = torch.zeros(len(batch), width, hidden)
-        targets = torch.zeros(len(batch), width, hidden)
-        next_tokens = torch.zeros(len(batch), width, dtype=torch.long)
+        states = torch.zeros(len(batch), width, feature_width)
+        targets = torch.zeros(len(batch), width, feature_width)
+        tokens = torch.zeros(len(batch), width + self.recipe.ttt_steps, dtype=torch.long)  # x_{j+1}, then later ones
         target_ids = torch.zeros(len(batch), width, top_k, dtype=torch.long)
         target_probs = torch.zeros(len(batch), width, top_k)
         weights = torch.zeros(len(batch), width)
         for row, sequence in enumerate(batch):
             n = len(sequence.tokens) - 1
             states[row, :n], targets[row, :n] = sequence.features[:-1], sequence.features[1:]
-            next_tokens[row, :n] = sequence.tokens[1:]
+            tokens[row, :n] = sequence.tokens[1:]
             target_ids[row, :n], target_probs[row, :n] = sequence.target_ids, sequence.target_probs
             reply = max(sequence.prompt_length - 2, 0)
             weights[row, :reply] = self.recipe.prompt_loss_weight
             weights[row, reply:n] = 1.0
-        if noise and self.recipe.feature_noise > 0:
+        if noise and self.recipe.feature_noise > 0 and self.head.layout == "eagle":
             states = states + (torch.rand(states.shape, generator=self.generator) - 0.5) * self.recipe.feature_noise
         device = self.head.fc.weight.device
-        states, targets, next_tokens, target_ids, target_probs, weights = (
-            t.to(device) for t in (states, targets, next_tokens, target_ids, target_probs, weights))
+        states, targets, tokens, target_ids, target_probs, weights = (
+            t.to(device) for t in (states, targets, tokens, target_ids, target_probs, weights))
         positions = torch.arange(width, device=device).expand(len(batch), width)
-        predicted = self.head(states, self.embedding(next_tokens).float(), positions)
+        if self.head.layout == "eagle3":
+            return self._ttt_loss(states, tokens, positions, target_ids, target_probs, weights)
+        predicted = self.head(states, self.embedding(tokens[:, :width]).float(), positions)
         used = weights > 0
         predicted, targets, weights = predicted[used], targets[used], weights[used]
         target_ids, target_probs = target_ids[used], target_probs[used]
@@ -313,24 +341,46 @@ class Trainer:
         log_probs = torch.log_softmax(self.head.logits(predicted, self.head_weight), dim=-1)
         token_loss = (-(target_probs * log_probs.gather(-1, target_ids)).sum(-1) * weights).sum() / weight_sum
         agreement = (log_probs.argmax(-1) == target_ids[:, 0]).float()[weights == 1.0]
-        return feature_loss, token_loss, agreement
+        loss = feature_loss + self.recipe.token_loss_weight * token_loss
+        return loss, {"feature_loss": feature_loss, "token_loss": token_loss}, agreement
+
+    def _ttt_loss(self, states, tokens, positions, target_ids, target_probs, weights):
+        """EAGLE-3's training-time test (`ttt_outputs`): step s at position j predicts x_{j+2+s}
+        against the target's distribution at j+s; its cross-entropy weighs 0.8^s (EAGLE-3's
+        weights). No feature loss."""
+        total = torch.zeros((), device=states.device)
+        parts: dict[str, torch.Tensor] = {}
+        agreement = torch.zeros(0, device=states.device)
+        for step, hidden in enumerate(ttt_outputs(self.head, self.embedding, states, tokens, positions,
+                                                  self.recipe.ttt_steps)):
+            step_weights = _shift(weights, step)
+            used = step_weights > 0
+            log_probs = torch.log_softmax(self.head.logits(hidden[used], None), dim=-1)
+            ids, probs = _shift(target_ids, step)[used], _shift(target_probs, step)[used]
+            loss = (-(probs * log_probs.gather(-1, ids)).sum(-1) * step_weights[used]).sum()
+            loss = loss / step_weights[used].sum().clamp(min=1e-6)
+            total = total + 0.8**step * loss
+            parts[f"token_loss_step{step}"] = loss
+            if step == 0:
+                agreement = (log_probs.argmax(-1) == ids[:, 0]).float()[step_weights[used] == 1.0]
+        parts["token_loss"] = parts["token_loss_step0"]
+        return total, parts, agreement
 
     def train_epoch(self, data, bar) -> dict:
         order = list(range(len(data)))
         random.Random(self.recipe.seed + self.epoch).shuffle(order)
-        totals = {"feature_loss": 0.0, "token_loss": 0.0}
+        totals: dict[str, float] = {}
         steps = 0
         self.head.train()
         for first in range(0, len(order), self.recipe.batch_size):
-            feature_loss, token_loss, _ = self.losses([data[i] for i in order[first : first + self.recipe.batch_size]], True)
-            loss = feature_loss + self.recipe.token_loss_weight * token_loss
+            loss, parts, _ = self.losses([data[i] for i in order[first : first + self.recipe.batch_size]], True)
             self.optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_value_(self.head.parameters(), 0.5)
             self.optimizer.step()
             self.schedule.step()
-            totals["feature_loss"] += float(feature_loss.detach())
-            totals["token_loss"] += float(token_loss.detach())
+            for name, value in parts.items():
+                totals[name] = totals.get(name, 0.0) + float(value.detach())
             steps += 1
             bar.update()
             bar.set_postfix(epoch=self.epoch + 1, loss=f"{float(loss.detach()):.3f}")
@@ -343,7 +393,7 @@ class Trainer:
         hits = positions = 0
         with torch.no_grad():
             for first in range(0, len(data), self.recipe.batch_size):
-                _, _, agreement = self.losses(data[first : first + self.recipe.batch_size], False)
+                agreement = self.losses(data[first : first + self.recipe.batch_size], False)[2]
                 hits += float(agreement.sum())
                 positions += len(agreement)
         return hits / max(positions, 1)
@@ -380,11 +430,13 @@ def trained_head(target: LoadedModel, root: str | Path, recipe: TrainingRecipe) 
 
 
 def training_data_key(target: LoadedModel, recipe: TrainingRecipe) -> dict:
-    """What decides the generated training data (heads of recipes that differ elsewhere share it)."""
-    return {"target": target.identity, "prompts": recipe.prompts, "domains": recipe.domains, "limit": recipe.limit,
-            "calibration_fraction": recipe.calibration_fraction, "split_seed": recipe.split_seed,
-            "max_new_tokens": recipe.max_new_tokens, "max_length": recipe.max_length,
-            "sampled_replies": recipe.sampled_replies, "temperature": recipe.temperature, "seed": recipe.seed}
+    """What decides the generated training data (heads of recipes that differ elsewhere share it), as
+    JSON gives it back (a recipe's tuples as lists), so a stored key compares equal."""
+    key = {"target": target.identity, "prompts": recipe.prompts, "domains": recipe.domains, "limit": recipe.limit,
+           "calibration_fraction": recipe.calibration_fraction, "split_seed": recipe.split_seed,
+           "max_new_tokens": recipe.max_new_tokens, "max_length": recipe.max_length,
+           "sampled_replies": recipe.sampled_replies, "temperature": recipe.temperature, "seed": recipe.seed}
+    return json.loads(json.dumps(key))
 
 
 def training_records(target: LoadedModel, recipe: TrainingRecipe, where: str | Path) -> list[dict]:
@@ -423,11 +475,16 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     model = target.model
     draft_to_target = draft_vocabulary([r["tokens"][r["prompt_length"]:] for r in records], recipe,
                                        model.config.vocab_size)
-    head = EagleHead(head_config(model.config), "eagle", (FINAL_HIDDEN,), model.config.hidden_size,
-                     fc_bias=True, draft_to_target=draft_to_target).float().to(model.device)
-    head_weight = head.head_weight(model.get_output_embeddings().weight.detach().float())
-    data = distillation_data(target, [r for r in records if len(r["tokens"]) > r["prompt_length"]], head_weight,
-                             recipe.target_top_k)
+    layers = (FINAL_HIDDEN,) if recipe.arch == "eagle" else eagle3_feature_layers(model.config.num_hidden_layers)
+    head = EagleHead(head_config(model.config), recipe.arch, layers, model.config.hidden_size,
+                     fc_bias=recipe.arch == "eagle", draft_to_target=draft_to_target).float().to(model.device)
+    target_head = model.get_output_embeddings().weight.detach().float()
+    target_rows = target_head if draft_to_target is None else target_head[draft_to_target.to(target_head.device)]
+    if recipe.arch == "eagle3":
+        start_from_target_head(head, model, target_rows)
+    head_weight = head.head_weight(target_head)
+    data = distillation_data(target, [r for r in records if len(r["tokens"]) > r["prompt_length"]], target_rows,
+                             recipe.target_top_k, layers)
     random.Random(recipe.seed).shuffle(data)
     held_out = data[: max(1, len(data) // 10)]
     train = data[len(held_out):]
@@ -460,6 +517,33 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     })
     resume_path.unlink()
     return output
+
+
+def ttt_outputs(head: EagleHead, embedding, states: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+                steps: int) -> Iterator[torch.Tensor]:
+    """The head's outputs [batch, width, h] at each step of EAGLE-3's training-time test, all
+    positions at once. Step 0 reads the fused target features `states` [batch, width, F] with the
+    tokens x_{j+1}; step s reads the head's own step s-1 outputs with the tokens x_{j+1+s}
+    (`tokens` [batch, width + steps - 1] holds x_1, x_2, ...), at positions j+s, attending to the
+    step-0 keys of positions <= j and to its own column's keys of steps 1..s: step s at column j is
+    what drafting s tokens along the real continuation after position j+1 computes."""
+    from transformers import DynamicCache  # noqa: PLC0415 - keys concatenated, so gradients flow
+
+    batch, width = states.shape[:2]
+    device = states.device
+    cache = DynamicCache(config=head.config)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    diagonal = torch.eye(width, dtype=torch.bool, device=device)
+    hidden = head.fuse(states)
+    for step in range(steps):
+        mask = torch.cat([causal, *[diagonal] * step], dim=1)[None, None].expand(batch, 1, width, -1)
+        hidden = head(hidden, embedding(tokens[:, step : step + width]).float(), positions + step, cache, mask)
+        yield hidden
+
+
+def _shift(values: torch.Tensor, step: int) -> torch.Tensor:
+    """values[:, j + step] at column j (zeros past the end)."""
+    return torch.cat([values[:, step:], torch.zeros_like(values[:, :step])], dim=1)
 
 
 def _write_json(path: Path, value) -> None:

@@ -557,8 +557,8 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
             reason := own_vocabulary(str(drafter.options.get("path") or ""))
             or ("heads drafter.train trims (vocab_size / vocab_file)" if train.get("vocab_size") or train.get("vocab_file")
                 else None)):
-        raise ConfigError(f"search {cls.name} picks rows of the target's LM head for a full-vocabulary EAGLE-1/2 "
-                          f"head, and drafter.path={reason}: give such a head (specsparse train-drafter without "
+        raise ConfigError(f"search {cls.name} picks rows of a full-vocabulary EAGLE head's LM head, and "
+                          f"drafter.path={reason}: give such a head (specsparse train-drafter without "
                           "--vocab-size), or train one at the searched k with --vocab-file")
     for key in ("skip_layers", "protect_layers"):
         if key in options:

@@ -44,7 +44,7 @@ def test_groups_have_options():
     for group in (*GROUPS, "experiment"):
         assert options(group), f"conf/{group}/ is empty"
     assert set(options("domain")) == {"translation", "summarization", "qa", "math", "rag", "mt_bench", "mmlu"}
-    assert set(options("search")) == {"bfs", "greedy", "random", "accept_only", "metric_only", "tpe_vocab"}
+    assert set(options("search")) == {"bfs", "greedy", "random", "accept_only", "metric_only", "tpe_vocab", "joint_vocab"}
     assert {"smollm2_135m", "gemma3_270m", "tiny", "vicuna_7b", "llama2_13b", "llama31_8b"} <= set(options("model"))
 
 
@@ -66,7 +66,7 @@ def _companions(group: str, option: str) -> list[str]:
     extra = []
     if group == "model" and not HAS_CUDA:
         extra.append("model.device=cpu")
-    if group == "search" and option == "tpe_vocab":
+    if group == "search" and option in ("tpe_vocab", "joint_vocab"):
         extra.append("drafter=self_skip")
     return extra
 
@@ -114,7 +114,8 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
 GPU_PRESETS = {"paper_tss": ["paper_data.spec_bench={data}/spec_bench/question.jsonl", "paper_data.mmlu={data}/mmlu"],
                "paper_tss_eagle": ["paper_data.spec_bench={data}/spec_bench/question.jsonl", "paper_data.mmlu={data}/mmlu"],
                "paper_vocab": ["paper_data.spec_bench={data}/spec_bench/question.jsonl",
-                               "paper_data.gsm8k={data}/gsm8k/test.jsonl"]}
+                               "paper_data.gsm8k={data}/gsm8k/test.jsonl",
+                               "paper_data.training_prompts={data}/spec_bench/question.jsonl"]}
 
 
 @pytest.mark.parametrize("experiment", options("experiment"))

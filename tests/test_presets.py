@@ -55,3 +55,8 @@ def test_paper_vocab_cpu_twin_reports_in_and_out_of_domain(tmp_path):
     assert vocab.loc["qa", "in_domain"] == "in domain" and vocab.loc["math", "in_domain"] == "out of domain"
     assert (vocab["k"].astype(int) >= 1).all() and (vocab["coverage"].astype(float) >= 0.9).all()
     assert {p.name for p in written["vocab_coverage"]} == {"vocab_coverage_qa.png", "vocab_coverage_math.png"}
+    for where, domain in (("in_domain", "qa"), ("out_of_domain", "math")):  # the heads, side by side
+        heads = pd.read_csv(written[f"table_vocab_{where}"][2])
+        assert set(heads["domain"]) == {domain} and list(heads["method"]) == [
+            "plain", "full", *["fixed_top_k"] * 4, "pruned_at_k", "trained_at_k"]
+        assert (heads["same_as_plain"] == heads["prompts"]).all()  # every head lossless (float32)

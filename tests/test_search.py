@@ -104,7 +104,15 @@ LAYER_STRATEGIES = {
     "accept_only": lambda L, seed=0: AcceptOnlySearch(L, max_depth=3),
     "metric_only": lambda L, seed=0: MetricOnlySearch(L, max_depth=3),
 }
-ALL_STRATEGIES = {**LAYER_STRATEGIES, "tpe_vocab": lambda L, seed=0: tpe_factory(seed)}
+def joint_factory(num_layers: int, seed: int = 0):
+    from specsparse.search.joint_vocab import JointVocabSearch
+
+    return JointVocabSearch(num_layers, vocab_size=64, coverage=lambda k: min(1.0, k / 32),
+                            latency_reduction=lambda k: 1 - k / 64, draft_share=lambda skip: 0.5, n_trials=12,
+                            seed=seed, max_depth=2, max_rounds=2)
+
+
+ALL_STRATEGIES = {**LAYER_STRATEGIES, "tpe_vocab": lambda L, seed=0: tpe_factory(seed), "joint_vocab": joint_factory}
 
 
 def run(strategy, fn, **kw):
@@ -842,3 +850,36 @@ def test_fidelity_of_identical_replies_is_100_and_of_others_below(replies):
     assert same.point == same.low == same.high == pytest.approx(100.0)
     other = fidelity_interval(dense, with_replies(1.0, 0.5, ["\u2603" * 50] * len(replies)))
     assert other.low <= other.point <= other.high < 100.0
+
+
+def test_joint_skip_vocab_search_alternates_to_a_fixed_point_and_beats_sequential_where_drafting_is_cheap():
+    """Synthetic: skipping layer 3 is free, others cost acceptance; accept length grows with the
+    vocabulary's coverage; verification dominates a step (the head's share is 10%). The paper's TPE
+    (R(k) of the drafter alone) picks the smallest k meeting c_min; weighed by the head's share of a
+    step, TPE keeps more tokens, accepts more, and the joint pick wins on modeled tokens/s."""
+    from specsparse.search.joint_vocab import JointVocabSearch
+    from specsparse.types import Measurement
+
+    vocab = 100
+    coverage = lambda k: 1 - (1 - k / vocab) ** 3  # noqa: E731
+    latency = lambda k: 1 - k / vocab  # noqa: E731
+
+    def measure(c: Candidate) -> Measurement:
+        k = vocab if c.vocab_size is None else c.vocab_size
+        accept = (3.0 - 0.5 * len(set(c.skip_layers) - {3})) * (0.5 + 0.5 * coverage(k))
+        seconds = (1.0 - 0.2 * len(c.skip_layers)) + 0.1 * (0.3 + 0.7 * k / vocab)  # verify + draft per step
+        return Measurement(accept_length=accept, metric=1.0, modeled_cost=seconds / accept, flops_fraction=1.0,
+                           modeled_tokens_per_s=accept / seconds, new_tokens=100, target_forwards=10,
+                           wall_time_s=0.0)
+
+    search = JointVocabSearch(4, vocab_size=vocab, coverage=coverage, latency_reduction=latency,
+                                  draft_share=lambda skip: 0.1, alpha=0.5, min_coverage=0.9, n_trials=80,
+                                  max_depth=2, tau=0.05)
+    result = run_search(search, evaluate_callable(measure), progress=False)
+    sequential, joint = search.sequential, search.joint
+    assert sequential.skip_layers == joint.skip_layers == (3,)
+    assert 54 <= sequential.vocab_size <= 58 and joint.vocab_size > sequential.vocab_size + 10
+    assert search.rounds[-1]["next_k"] == search.rounds[-1]["k"]  # a fixed point
+    assert result.selected == joint
+    rates = dict(result.info["modeled_tokens_per_s"])
+    assert rates["joint"] > rates["sequential"] > rates["dense"]

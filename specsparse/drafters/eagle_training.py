@@ -107,6 +107,8 @@ class TrainingRecipe:
             raise ValueError("temperature and learning rate must be finite numbers")
         if self.vocab_file is not None:
             read_vocab_file(self.vocab_file)
+        if self.prompts != "builtin" and not Path(self.prompts).is_file():
+            raise ValueError(f"prompts {self.prompts}: no such file (give builtin or a .jsonl of prompts)")
         unknown = sorted(set(self.domains or ()) - set(DOMAINS))
         if unknown or (self.domains is not None and not self.domains):
             raise ValueError(f"domains {unknown or '[]'}: give built-in sets among {', '.join(DOMAINS)} (or null for all)")

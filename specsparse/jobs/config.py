@@ -37,6 +37,7 @@ from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureS
 from specsparse.measuring.measure import MODES
 from specsparse.measuring.profile import ProfileError, load_profile
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
+from specsparse.search.joint_vocab import JointVocabSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import Component, GenerationConfig
 from specsparse.util import first_line, is_int, is_number, locate
@@ -547,13 +548,14 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
     budget = options.pop("max_measurements", None)
     if budget is not None and (not is_int(budget) or budget < 1):
         raise ConfigError(f"search.max_measurements must be a positive integer or null, got {budget!r}")
-    if issubclass(cls, TPEVocabSearch) and not drafter.cls.trims_vocabulary:
+    trims = issubclass(cls, (TPEVocabSearch, JointVocabSearch))
+    if trims and not drafter.cls.trims_vocabulary:
         raise ConfigError(
             f"search {cls.name} trims the drafter's LM head, and drafter {drafter.name} has none: "
             "use drafter=self_skip, drafter=draft_model or drafter=eagle"
         )
     train = drafter.options.get("train") or {}
-    if issubclass(cls, TPEVocabSearch) and drafter.cls is EagleDrafter and (
+    if trims and drafter.cls is EagleDrafter and (
             reason := own_vocabulary(str(drafter.options.get("path") or ""))
             or ("heads drafter.train trims (vocab_size / vocab_file)" if train.get("vocab_size") or train.get("vocab_file")
                 else None)):

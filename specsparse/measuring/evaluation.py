@@ -198,11 +198,23 @@ class Evaluator:
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
         """`measurement` with its modeled cost from this machine's cost profile (never from a stored timing)."""
-        if candidate.vocab_size not in self._draft_costs:
-            drafter = self.drafter_factory(candidate.vocab_size)()
-            self._draft_costs[candidate.vocab_size] = draft_cost(drafter, self.profile)
         kept = self.target.num_layers - len(candidate.skip_layers)
-        return price(measurement, self.profile, kept, self._draft_costs[candidate.vocab_size])
+        return price(measurement, self.profile, kept, self.draft_cost(candidate.vocab_size))
+
+    def draft_cost(self, vocab_size: int | None) -> DraftCost:
+        """The drafter's modeled cost with the vocabulary of `vocab_size` (None: its own), once per size."""
+        if vocab_size not in self._draft_costs:
+            self._draft_costs[vocab_size] = draft_cost(self.drafter_factory(vocab_size)(), self.profile)
+        return self._draft_costs[vocab_size]
+
+    def draft_share(self, skip_layers: Sequence[int]) -> float:
+        """Modeled share of one speculative step the full-vocabulary drafter takes: num_draft_tokens
+        drafts, then one verification of them under `skip_layers` (the cost profile's times)."""
+        cost = self.draft_cost(None)
+        n = self.spec.generation.num_draft_tokens
+        draft = cost.per_step + n * cost.per_token
+        verify = self.profile.verify_time(self.target.num_layers - len(skip_layers), n + 1)
+        return draft / (draft + verify) if draft + verify > 0 else 0.0
 
     @functools.cached_property
     def profile(self) -> CostProfile:

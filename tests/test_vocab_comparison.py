@@ -106,6 +106,9 @@ def test_the_vocabulary_paper_runs_as_one_job_and_a_second_domain_trains_nothing
     assert pruned["measured_speedup_vs_full"][1] <= pruned["measured_speedup_vs_full"][0] <= pruned["measured_speedup_vs_full"][2]
     assert math["vocab_corpus"]["in_domain"] is False  # the head trained on qa only
     assert (tmp_path / "job_math" / "vocab_comparison.md").is_file()
+    timing = math["measured_timing_test"]  # the job's own timing is the comparison's runs, not a second timing
+    by_label = {row["label"]: row["measured_tokens_per_s"] for row in comparison["rows"]}
+    assert timing["tokens_per_s"][:2] == [by_label["plain"], by_label["full"]]
 
     trained_heads = sorted(p.parent.name for p in heads.glob("*/config.json"))
     assert len(trained_heads) == 2 and len(list((heads / "data").glob("*.json"))) == 1  # one set of replies

@@ -247,15 +247,15 @@ def run_job(
         on_measurement=on_measurement,
         price=lambda c, m: runner.price(calibration.spec, c, m),  # store hits, as the runner prices
     )
-    test_dense = test_selected = timing = draws_test = None
+    test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
+        if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
+            compared, timing = compare_vocabularies(spec, calibration, strategy, vocab_comparison, timing_prompts,
+                                                    progress)
         test_dense, test_selected, timing = evaluate_on_test(spec, calibration, result, runner, store, progress,
-                                                             timing_prompts)
+                                                             timing_prompts, timing)
         if result.info.get("draws"):  # random search is reported as the mean over its draws too
             draws_test = measure_on_test(spec, [Candidate(tuple(d)) for d in result.info["draws"]], runner, store)
-    compared = None
-    if vocab_comparison is not None and evaluate_test:
-        compared = compare_vocabularies(spec, calibration, strategy, vocab_comparison, timing_prompts, progress)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
                     time.perf_counter() - start, calibration.target.num_layers, description, timing,
                     float(search.options.get("eps_metric", 0.05)), calibration.domain.metric, strategy.quality_guard(),
@@ -267,12 +267,15 @@ def run_job(
 
 def evaluate_on_test(
     spec: EvaluationSpec, calibration: Evaluator, result: SearchResult, runner: Runner, store: ResultsStore,
-    progress: bool = True, timing_prompts: int | None = 24,
+    progress: bool = True, timing_prompts: int | None = 24, timing: SideBySide | None = None,
 ) -> tuple[Measurement, Measurement, SideBySide]:
     """Dense and selected measured on the test split (through the store), and plain decoding, dense
-    and selected timed side by side on its first `timing_prompts` prompts (None: all)."""
+    and selected timed side by side on its first `timing_prompts` prompts (None: all), unless
+    `timing` already holds them."""
     test = evaluator_for(spec.with_split("test"))
     dense, selected = measure_on_test(spec, [result.baseline, result.selected], runner, store)
+    if timing is not None:
+        return dense, selected, timing
     # Plain decoding (the dense target, no drafter) runs beside the speculative configurations, so a
     # setup slower than not speculating cannot hide. A trimmed drafter keeps its calibration vocabulary.
     configurations = [("plain", (), lambda: None)]

@@ -34,6 +34,7 @@ from specsparse.util import atomic_write_text, content_hash
 if TYPE_CHECKING:
     from specsparse.drafters.base import Drafter
     from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+    from specsparse.measuring.timing import SideBySide
     from specsparse.search.tpe_vocab import TPEVocabSearch
 
 FR_SPEC_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2)  # FR-Spec's 8k, 16k, 32k and 64k of 128k tokens
@@ -77,8 +78,9 @@ class VocabComparisonSpec:
 def compare_vocabularies(
     spec: EvaluationSpec, calibration: Evaluator, strategy: TPEVocabSearch, options: VocabComparisonSpec,
     timing_prompts: int | None, progress: bool = True,
-) -> dict[str, Any]:
-    """The comparison's rows, the trained heads' training records and the stability of k (JSON-able)."""
+) -> tuple[dict[str, Any], SideBySide]:
+    """The comparison (JSON-able: rows, the trained heads' training records, the stability of k), and
+    the job's own side-by-side timing (plain, dense, selected) taken from the same runs."""
     from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
     from specsparse.measuring.timing import time_side_by_side  # noqa: PLC0415
 
@@ -120,8 +122,13 @@ def compare_vocabularies(
             "measured_speedup_vs_plain": timing.speedup(label, "plain") if index > 0 else None,
             "same_as_plain": timing.same_as_first[index],
         })
-    return {"rows": table, "prompts": timing.prompts, "chosen_k": chosen, "heads": heads,
-            "stability": k_stability(calibration, strategy, options)}
+    comparison = {"rows": table, "prompts": timing.prompts, "chosen_k": chosen, "heads": heads,
+                  "stability": k_stability(calibration, strategy, options)}
+    selected = strategy.select().selected
+    job_timing = timing.subset({"plain": "plain", "dense": "full",
+                                **({"selected": rows[-2 if options.train_at_k else -1][0]}
+                                   if selected != strategy.baseline else {})})
+    return comparison, job_timing
 
 
 def trained_at_k(calibration: Evaluator, ids: Sequence[int]) -> tuple[Callable[[], Drafter], dict | None]:

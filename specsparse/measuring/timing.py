@@ -45,6 +45,19 @@ class SideBySide:
     def speedup(self, label: str, over: str) -> list[float] | None:
         return self.speedups.get(f"{label}/{over}")
 
+    def subset(self, labels: dict[str, str]) -> SideBySide:
+        """Some of the configurations under new names ({new: old}, in the new order): the same timings,
+        so no configuration needs timing twice."""
+        old = list(labels.values())
+        index = [self.labels.index(label) for label in old]
+        names = list(labels)
+        speedups = {f"{names[j]}/{names[i]}": self.speedups[f"{old[j]}/{old[i]}"]
+                    for i, j in itertools.combinations(range(len(names)), 2)}
+        pick = lambda values: tuple(values[i] for i in index) if values else ()  # noqa: E731
+        return SideBySide(tuple(names), pick(self.tokens_per_s), speedups, self.prompts, pick(self.accept_lengths),
+                          pick(self.latency_s), pick(self.draft_ms_per_step), pick(self.same_as_first),
+                          pick(self.outputs))
+
     def as_dict(self) -> dict:
         return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedups": self.speedups,
                 "prompts": self.prompts, "accept_lengths": list(self.accept_lengths),

@@ -244,3 +244,21 @@ def test_report_from_wandb_without_credentials_is_one_error_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and "API key" in lines[0], done.stderr
     assert not (tmp_path / "report").exists()
+
+
+def test_the_draft_heads_comparison_is_a_wandb_table(tmp_path):
+    """A vocabulary job with vocab_comparison logs the heads timed side by side as a W&B table."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "model=tiny", "logger=wandb", "logger.mode=offline", "domain.limit=8", "generation.max_new_tokens=8",
+            "search=tpe_vocab", "drafter=self_skip", "search.n_trials=6", "timing_prompts=2", "progress=false",
+            "vocab_comparison={train_at_k: false, subsamples: 2, fixed_fractions: [0.25]}", f"paths.outputs={tmp_path}",
+        ])
+    plan = build_plan(OmegaConf.to_container(cfg, resolve=True), output_dir=tmp_path / "job", cwd=tmp_path,
+                      choices={"search": "tpe_vocab", "drafter": "self_skip"})
+    job = run_plan(plan)
+    assert [row["method"] for row in job.vocab_comparison["rows"]] == ["plain", "full", "fixed_top_k", "pruned_at_k"]
+    (run_file,) = next((tmp_path / "job" / "wandb").glob("offline-run-*")).glob("run-*.wandb")
+    logged = [i for r in wandb_records(run_file) if r.WhichOneof("record_type") == "history" for i in r.history.item
+              if (i.key or "/".join(i.nested_key)).startswith("vocab_comparison")]
+    assert logged and "table-file" in " ".join(i.value_json for i in logged)  # a Table, not a summary value

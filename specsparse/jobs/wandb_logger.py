@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from specsparse.jobs.vocab_comparison import COLUMNS as COMPARISON_COLUMNS
 from specsparse.metrics import SCALE
 from specsparse.types import Candidate, Measurement
 from specsparse.util import first_line, strict_json
@@ -254,6 +255,11 @@ class WandbLogger:
             payload["pareto_front"] = wandb.Table(columns=columns, data=front)
             png = plot_pareto(frame, f"{summary['domain']} ({summary['strategy']})", out / "pareto.png")
             payload["pareto_plot"] = wandb.Image(str(png))
+        if job.vocab_comparison is not None:  # the draft heads timed side by side, one row each
+            names = ["method", *COMPARISON_COLUMNS]
+            table = [[json.dumps(row[c]) if isinstance(row[c], list) else row[c] for c in names]
+                     for row in job.vocab_comparison["rows"]]
+            payload["vocab_comparison"] = wandb.Table(columns=names, data=table)
         self._safe(self.run.log, payload)
         artifact_files = [out / name for name in ("config_map.yaml", "config_map.json", "draft_vocab.json")]
         artifact_files = [f for f in artifact_files if f.is_file()]

@@ -117,7 +117,7 @@ class JobResult:
     def vocab_corpus(self) -> dict[str, Any] | None:
         """For a vocabulary search: the corpus the kept ids were counted on, the domains it holds,
         and whether this job's domain is among them (in domain) or not (out of domain)."""
-        if self.search_result.strategy != "tpe_vocab":
+        if self.search_result.strategy not in ("tpe_vocab", "joint_vocab"):
             return None
         entries = list(self.description.get("vocab_corpus") or ())
         train = (self.description.get("drafter") or {}).get("options", {}).get("train")

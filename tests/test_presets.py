@@ -22,7 +22,7 @@ def sweep(tmp_path: Path, *overrides: str) -> Path:
     done = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *SMALL, f"paths.outputs={out}",
          f"hydra.sweep.dir={out / 'multirun'}"],
-        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=1900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return out / "multirun"
@@ -46,9 +46,11 @@ def test_paper_tss_cpu_twin_runs_and_reports(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2000)  # trains two heads and times 8 heads per domain
 def test_paper_vocab_cpu_twin_reports_in_and_out_of_domain(tmp_path):
-    multirun = sweep(tmp_path, "experiment=paper_vocab_cpu", "domain=qa,math",
-                     "search.n_trials=10")
+    multirun = sweep(tmp_path, "experiment=paper_vocab_cpu", "domain=qa,math", "search.n_trials=10",
+                     "drafter.train.max_new_tokens=16", "drafter.train.sampled_replies=0", "drafter.train.epochs=1",
+                     "vocab_comparison.subsamples=2")
     records = find_jobs([multirun])
     written = build_report(records, tmp_path / "report")
     vocab = pd.read_csv(written["table_vocab"][2], keep_default_na=False).set_index("domain")

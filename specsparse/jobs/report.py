@@ -425,7 +425,7 @@ def table_vocab_comparison(records: Sequence[JobRecord]) -> pd.DataFrame:
 def slim_vocab_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """The comparison as the paper lays it out: one line per head, intervals in brackets."""
     return pd.DataFrame({
-        "domain": frame["domain"], "head": frame["label"], "k": frame["k"],
+        "domain": frame["domain"], "head": frame["label"], "k": frame["k"].astype("Int64"),
         "C(k) corpus": frame["coverage_corpus"], "C(k) target replies": frame["coverage_generations"],
         "R(k) modeled": frame["modeled_latency_reduction"], "accept length": frame["accept_length"],
         "draft ms/step": frame["draft_ms_per_step"], "measured tok/s": frame["measured_tokens_per_s"],

@@ -183,7 +183,7 @@ def _vocab_comparison(value: Any, search: Component, drafter: Component) -> Voca
         raise ConfigError("vocab_comparison compares draft vocabularies that search=tpe_vocab picks: "
                           "use search=tpe_vocab, or vocab_comparison=null")
     if not isinstance(value, Mapping):
-        raise ConfigError(f"vocab_comparison={value!r}: give its options ({', '.join(VocabComparisonSpec.fields())}) or null")
+        raise ConfigError(f"vocab_comparison={value!r}: give its options ({', '.join(VocabComparisonSpec.option_names())}) or null")
     try:
         spec = VocabComparisonSpec.from_options(value)
     except (TypeError, ValueError) as err:

@@ -50,14 +50,14 @@ class VocabComparisonSpec:
     subsample_fraction: float = 0.5  # share of the corpus texts in each subset
 
     @classmethod
-    def fields(cls) -> tuple[str, ...]:
+    def option_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> VocabComparisonSpec:
-        unknown = sorted(set(options) - set(cls.fields()))
+        unknown = sorted(set(options) - set(cls.option_names()))
         if unknown:
-            raise ValueError(f"unknown option(s) {unknown} (accepted: {', '.join(cls.fields())})")
+            raise ValueError(f"unknown option(s) {unknown} (accepted: {', '.join(cls.option_names())})")
         values = dict(options)
         fractions = values.get("fixed_fractions", FR_SPEC_FRACTIONS)
         if not isinstance(fractions, Sequence) or not all(
@@ -91,7 +91,8 @@ def compare_vocabularies(
     rows: list[tuple[str, str, int | None]] = [("plain", "plain", None), ("full", "full", None)]
     rows += [(f"fixed top-{k}", "fixed_top_k", k) for k in sorted({max(1, round(f * vocab_size))
                                                                      for f in options.fixed_fractions})]
-    rows.append((f"pruned at k={chosen}", "pruned_at_k", chosen))
+    pruned = f"pruned at k={chosen}"  # what the search selected: the job's own "selected"
+    rows.append((pruned, "pruned_at_k", chosen))
     factories: dict[str, Callable[[], Drafter | None]] = {
         label: (lambda: None) if method == "plain" else calibration.drafter_factory(k) for label, method, k in rows}
     heads = {"full": training_record(calibration.drafter_factory(None)())}
@@ -126,8 +127,7 @@ def compare_vocabularies(
                   "stability": k_stability(calibration, strategy, options)}
     selected = strategy.select().selected
     job_timing = timing.subset({"plain": "plain", "dense": "full",
-                                **({"selected": rows[-2 if options.train_at_k else -1][0]}
-                                   if selected != strategy.baseline else {})})
+                                **({"selected": pruned} if selected != strategy.baseline else {})})
     return comparison, job_timing
 
 

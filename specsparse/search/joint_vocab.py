@@ -17,7 +17,6 @@ the highest modeled tokens/s is selected, and `info` says whether the joint pick
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,8 +24,6 @@ from specsparse.search.base import Selection
 from specsparse.search.bfs import BFSSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import Candidate, Measurement
-
-log = logging.getLogger(__name__)
 
 
 class JointVocabSearch(BFSSearch):

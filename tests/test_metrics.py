@@ -9,6 +9,8 @@ import math
 
 import pytest
 import sacrebleu
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsparse.data import Example, get_domain
 from specsparse.metrics import METRICS, get_metric_spec, load_metric, score
@@ -195,3 +197,20 @@ def test_score_outputs_extracts_with_the_domain_rule():
     mt = [Example("w1", "mt_bench", ("a", "b"))]
     assert get_domain("mt_bench").score_outputs(["text"], mt) is None
     assert not math.isnan(get_domain("mmlu").score_outputs(["A"], [Example("x", "mmlu", ("p",), ("A", "t"))])["score"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(METRICS)),
+       st.lists(st.tuples(st.sampled_from(["Paris", "the red barn", "B", "#### 7", "", "x y z"]),
+                          st.lists(st.sampled_from(["Paris", "a red barn", "B", "7", "y"]), min_size=1, max_size=2)),
+                min_size=1, max_size=4))
+def test_remembered_scores_equal_the_module_called_afresh(metric, pairs):
+    """`score` answers repeated pairs from memory: its values equal a fresh module call's, and a caller
+    changing the returned dict changes nothing remembered."""
+    predictions, references = [p for p, _ in pairs], [r for _, r in pairs]
+    first = score(metric, predictions, references)
+    first["score"] = -1.0
+    again = score(metric, predictions, references)
+    fresh = load_metric(metric).compute(predictions=predictions, references=references)
+    assert {key: again[key] for key in fresh} == pytest.approx({key: float(value) for key, value in fresh.items()})
+    assert again["score"] == again[get_metric_spec(metric).headline]

@@ -97,12 +97,18 @@ def score(
         return None
     if len(pairs) < len(predictions):
         log.debug("%s: %d of %d examples have no reference", metric_name, len(predictions) - len(pairs), len(predictions))
-    values = load_metric(metric_name).compute(
-        predictions=[p for p, _ in pairs], references=[r for _, r in pairs]
-    )
-    result = {key: float(value) for key, value in values.items()}
+    result = dict(_compute(metric_name, tuple(p for p, _ in pairs), tuple(tuple(r) for _, r in pairs)))
     result["score"] = result[spec.headline]
     return result
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _compute(metric_name: str, predictions: tuple[str, ...], references: tuple[tuple[str, ...], ...]) -> tuple:
+    """The module's values for these pairs, computed once per process: a search scores every prompt
+    under every skip set, most replies repeat (MMLU's extracted letters above all), and a module call
+    costs far more than a lookup. The metrics are deterministic."""
+    values = load_metric(metric_name).compute(predictions=list(predictions), references=[list(r) for r in references])
+    return tuple((key, float(value)) for key, value in values.items())
 
 
 __all__ = ["METRICS", "SCALE", "MetricSpec", "get_metric_spec", "load_metric", "metric_description", "score"]

@@ -397,9 +397,12 @@ def test_gm_skip_deletes_the_least_harmful_block_each_step_where_one_reverse_pas
 
 
 @FAST
-@given(drops=st.lists(st.integers(-5, 30).map(lambda d: d / 100), min_size=6, max_size=6), weight=st.floats(0, 2),
-       cap=st.one_of(st.none(), st.integers(1, 6)))  # drops on a grid: equal harms tie exactly, as in the rule
+# Drops on a binary grid (multiples of 1/64): sums of them are exact, so equal harms tie exactly, as in the rule
+# (hundredths do not: 1 - (0.03 + 0.09 + 0.09 - 0.02 + 0.12) depends on the order of the sum).
+@given(drops=st.lists(st.integers(-3, 19).map(lambda d: d / 64), min_size=6, max_size=6), weight=st.floats(0, 2),
+       cap=st.one_of(st.none(), st.integers(1, 6)))
 @example(drops=[0.25] * 5 + [0.0], weight=0.0, cap=1)  # a deletion that costs nothing is kept at weight 0
+@example(drops=[d / 64 for d in (2, 6, 6, 8, -1, 8)], weight=1.0, cap=None)  # layers 3 and 5 tie: the later goes
 def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, weight, cap):
     # A balance change near the 1e-12 tolerance is decided by float rounding of sums: left out.
     assume(all(not -1e-10 < weight / 6 - d < -1e-14 for d in drops))

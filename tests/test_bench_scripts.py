@@ -125,3 +125,17 @@ def test_bench_drafters_compares_variants_side_by_side_and_checks_replies(tmp_pa
     rows = [line for line in done.stdout.splitlines() if line.startswith("| qa |")]
     assert len(rows) == 4 and all(row.split("|")[6].strip() == "yes" for row in rows)  # every reply = greedy
     assert "| qa | samd, context only | 8 |" in rows[0] and "1.000 [1.000-1.000]" in rows[0]
+
+
+@pytest.mark.parametrize("arch", ["eagle", "eagle3"])
+def test_profile_draft_step_splits_propose_time_at_each_vocabulary(tmp_path, arch):
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    output = tmp_path / "rows.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "profile_draft_step.py"), "--model", "tiny", "--arch", arch,
+         "--vocab-sizes", "full,10", "--threads", "1", "--repeats", "2", "--json", str(output)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True,
+    )
+    rows = json.loads(output.read_text())
+    assert [row["vocab"] for row in rows] == [259, 10]  # the tiny model's full vocabulary, then 10 rows
+    assert all(row["propose_ms"] > 0 and 0 <= row["other_share"] <= 1 and row["forward_ms"] > 0 for row in rows)

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
     from specsparse.jobs.runners.local import LocalRunner  # noqa: PLC0415
     from specsparse.jobs.runners.ray import RayRunner  # noqa: PLC0415
-    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec  # noqa: PLC0415
+    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for  # noqa: PLC0415
     from specsparse.types import GenerationConfig  # noqa: PLC0415
 
     spec = EvaluationSpec(model=args.model, domain=DomainSpec(args.domain, limit=args.limit),
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = candidates(num_layers, args.measurements)
 
     local = LocalRunner(progress=False)
-    local.evaluator(spec)  # load outside the timing, as the Ray workers' load is reported apart
+    evaluator_for(spec)  # load outside the timing, as the Ray workers' load is reported apart
     default_threads = torch.get_num_threads()
     local_s: dict[str, float] = {}
     for threads in args.local_threads:

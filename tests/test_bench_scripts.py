@@ -139,3 +139,17 @@ def test_profile_draft_step_splits_propose_time_at_each_vocabulary(tmp_path, arc
     rows = json.loads(output.read_text())
     assert [row["vocab"] for row in rows] == [259, 10]  # the tiny model's full vocabulary, then 10 rows
     assert all(row["propose_ms"] > 0 and 0 <= row["other_share"] <= 1 and row["forward_ms"] > 0 for row in rows)
+
+
+@pytest.mark.slow
+def test_bench_ray_measures_one_sweep_locally_and_on_ray_with_the_same_results(tmp_path):
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    output = tmp_path / "ray.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_ray.py"), "--model", "tiny", "--measurements", "2",
+         "--workers", "1", "--local-threads", "1", "--json", str(output)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=True,
+    )
+    numbers = json.loads(output.read_text())
+    assert numbers["same_accept_and_metric"] is True and numbers["measurements"] == 2
+    assert numbers["ray_batch_s"] > 0 and numbers["local_1_threads_s"] > 0

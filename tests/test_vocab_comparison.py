@@ -104,6 +104,9 @@ def test_the_vocabulary_paper_runs_as_one_job_and_a_second_domain_trains_nothing
     assert 0 <= trained["coverage_generations"] <= 1 and trained["coverage_corpus"] == pytest.approx(
         next(c for kk, c, _ in math["info"]["curve"] if kk == k))
     assert pruned["measured_speedup_vs_full"][1] <= pruned["measured_speedup_vs_full"][0] <= pruned["measured_speedup_vs_full"][2]
+    assert pruned["measured_speedup_vs_pruned"] is None  # only the trained head is compared with the pruned one
+    assert trained["measured_speedup_vs_pruned"] == comparison["speedups"][f"{trained['label']}/{pruned['label']}"]
+    assert trained["measured_speedup_vs_pruned"][1] <= trained["measured_speedup_vs_pruned"][0] <= trained["measured_speedup_vs_pruned"][2]
     assert math["vocab_corpus"]["in_domain"] is False  # the head trained on qa only
     assert (tmp_path / "job_math" / "vocab_comparison.md").is_file()
     timing = math["measured_timing_test"]  # the job's own timing is the comparison's runs, not a second timing

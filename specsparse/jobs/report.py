@@ -390,7 +390,7 @@ VOCAB_COMPARISON_COLUMNS = [
     "model", "domain", "in_domain", "method", "label", "k", "coverage_corpus", "coverage_generations",
     "modeled_latency_reduction", "accept_length", "draft_ms_per_step", "measured_tokens_per_s",
     *_bounded("measured_latency_s"), *_bounded("measured_speedup_vs_full"), *_bounded("measured_speedup_vs_plain"),
-    "same_as_plain", "prompts", "k_stability_mean", "k_stability_min", "k_stability_max", "k_stability_jaccard"]
+    *_bounded("measured_speedup_vs_pruned"), "same_as_plain", "prompts", "k_stability_mean", "k_stability_min", "k_stability_max", "k_stability_jaccard"]
 
 
 def table_vocab_comparison(records: Sequence[JobRecord]) -> pd.DataFrame:
@@ -415,6 +415,7 @@ def table_vocab_comparison(records: Sequence[JobRecord]) -> pd.DataFrame:
                 **_with_bounds("measured_latency_s", row["measured_latency_s"]),
                 **_with_bounds("measured_speedup_vs_full", row["measured_speedup_vs_full"]),
                 **_with_bounds("measured_speedup_vs_plain", row["measured_speedup_vs_plain"]),
+                **_with_bounds("measured_speedup_vs_pruned", row.get("measured_speedup_vs_pruned")),  # absent before
                 "prompts": comparison["prompts"], "k_stability_mean": stability.get("k_mean"),
                 "k_stability_min": stability.get("k_min"), "k_stability_max": stability.get("k_max"),
                 "k_stability_jaccard": stability.get("jaccard_mean"),
@@ -432,6 +433,7 @@ def slim_vocab_comparison(frame: pd.DataFrame) -> pd.DataFrame:
         "latency s [95% CI]": [_cell(r, "measured_latency_s", 3) for _, r in frame.iterrows()],
         "vs full [95% CI]": [_cell(r, "measured_speedup_vs_full", 2, "x") for _, r in frame.iterrows()],
         "vs plain [95% CI]": [_cell(r, "measured_speedup_vs_plain", 2, "x") for _, r in frame.iterrows()],
+        "vs pruned at k [95% CI]": [_cell(r, "measured_speedup_vs_pruned", 2, "x") for _, r in frame.iterrows()],
         "replies = plain": [f"{a}/{b}" for a, b in zip(frame["same_as_plain"], frame["prompts"])],
     })
 

@@ -13,7 +13,7 @@ Every row runs the real engine on the same test prompts, side by side in this pr
 
 Per row: k, C(k) on the corpus and on the target's own replies to the timed prompts, the FLOPs-modeled
 R(k), accept length, draft ms per step, measured tokens/s and latency, speedups over full and over
-plain with 95% paired-bootstrap intervals over prompts, and how many replies equal plain decoding's.
+plain (and the trained head's over the pruned one) with 95% paired-bootstrap intervals over prompts, and how many replies equal plain decoding's.
 Besides: the stability of TPE's k over random halves of the corpus.
 """
 
@@ -121,9 +121,11 @@ def compare_vocabularies(
             "measured_latency_s": timing.latency_s[index],
             "measured_speedup_vs_full": timing.speedup(label, "full") if index > 1 else None,
             "measured_speedup_vs_plain": timing.speedup(label, "plain") if index > 0 else None,
+            "measured_speedup_vs_pruned": timing.speedup(label, pruned) if method == "trained_at_k" else None,
             "same_as_plain": timing.same_as_first[index],
         })
     comparison = {"rows": table, "prompts": timing.prompts, "chosen_k": chosen, "heads": heads,
+                  "speedups": timing.speedups,  # every pair: "later row/earlier row" -> [point, low, high]
                   "stability": k_stability(calibration, strategy, options)}
     selected = strategy.select().selected
     job_timing = timing.subset({"plain": "plain", "dense": "full",
@@ -193,7 +195,7 @@ def k_stability(calibration: Evaluator, strategy: TPEVocabSearch, options: Vocab
 
 COLUMNS = ("label", "k", "coverage_corpus", "coverage_generations", "modeled_latency_reduction", "accept_length",
            "draft_ms_per_step", "measured_tokens_per_s", "measured_latency_s", "measured_speedup_vs_full",
-           "measured_speedup_vs_plain", "same_as_plain")
+           "measured_speedup_vs_plain", "measured_speedup_vs_pruned", "same_as_plain")
 
 
 def comparison_markdown(comparison: dict[str, Any]) -> str:

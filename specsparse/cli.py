@@ -151,7 +151,10 @@ def add_submit_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def pyproject_dependencies(working_dir: Path) -> list[str]:
-    import tomllib  # noqa: PLC0415
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa: PLC0415
+    else:  # Python 3.10: the same parser, as the tomli package
+        import tomli as tomllib  # noqa: PLC0415
 
     file = working_dir / "pyproject.toml"
     if not file.is_file():

@@ -213,3 +213,12 @@ def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_toke
     while processes_mentioning(session) and time.time() < deadline:
         time.sleep(0.5)
     assert not processes_mentioning(session) and not record.exists()
+
+
+def test_pip_from_pyproject_reads_the_project_dependencies(tmp_path):
+    from specsparse.cli import pyproject_dependencies
+
+    dependencies = pyproject_dependencies(Path(__file__).resolve().parents[1])
+    assert "hydra-core>=1.3" in dependencies and any(d.startswith("tomli") and "3.11" in d for d in dependencies)
+    with pytest.raises(ValueError, match="pyproject.toml not found"):
+        pyproject_dependencies(tmp_path)

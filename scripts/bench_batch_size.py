@@ -35,10 +35,11 @@ def hf_generate_seconds(target, prompts, max_new_tokens: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     args = parser.parse_args()
-    target = load_model("smollm2-135m", dtype="float32")
+    target = load_model(args.model, dtype="float32")
     domain = get_domain("qa")
     prompts = [encode_messages(target.tokenizer, build_messages(domain, ex, 0, []))
                for ex in load_examples("qa")[: args.prompts]]

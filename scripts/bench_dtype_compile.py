@@ -39,15 +39,16 @@ def hf_greedy(loaded, ids: list[int], max_new_tokens: int) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--prompts", type=int, default=4, help="per domain (translation, summarization)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    variants = {"float32": load_model("smollm2-135m", dtype="float32"),
-                "bfloat16": load_model("smollm2-135m", dtype="bfloat16"),
-                "float32_compiled": load_model("smollm2-135m", dtype="float32")}
+    variants = {"float32": load_model(args.model, dtype="float32"),
+                "bfloat16": load_model(args.model, dtype="bfloat16"),
+                "float32_compiled": load_model(args.model, dtype="float32")}
     start = time.perf_counter()
     for layer in variants["float32_compiled"].model.model.layers:
         layer.compile(dynamic=True)

@@ -20,16 +20,17 @@ from specsparse.search import BFSSearch, run_search
 from specsparse.types import Candidate, Measurement
 
 
-def stored_calibration(store: ResultsStore, domain: str) -> dict[Candidate, Measurement]:
+def stored_calibration(store: ResultsStore, domain: str, model: str) -> dict[Candidate, Measurement]:
     found = {}
     for meta, m in store.described():
-        if meta.get("split") == "calibration" and (meta.get("domain") or {}).get("name") == domain:
+        if (meta.get("split") == "calibration" and (meta.get("domain") or {}).get("name") == domain
+                and meta.get("model") == model):
             c = meta["candidate"]
             found[Candidate(tuple(c["skip_layers"]), c.get("vocab_size"))] = m
     return found
 
 
-def replay(measured: dict[Candidate, Measurement], options: dict, rule: str) -> tuple[Candidate, int]:
+def replay(measured: dict[Candidate, Measurement], num_layers: int, options: dict, rule: str) -> tuple[Candidate, int]:
     missing = 0
 
     def evaluate(candidates, on_result=None):
@@ -43,7 +44,7 @@ def replay(measured: dict[Candidate, Measurement], options: dict, rule: str) -> 
             out.append(m)
         return out
 
-    search = BFSSearch(30, **{**options, "feasibility": rule})
+    search = BFSSearch(num_layers, **{**options, "feasibility": rule})
     return run_search(search, evaluate, progress=False).selected, missing
 
 
@@ -63,9 +64,10 @@ def main() -> None:
         options = {"max_depth": tss["max_depth"], "max_pool": tss["max_pool"], "eps_accept": tss["eps_accept"],
                    "eps_metric": tss["eps_metric"]}
         store = ResultsStore(args.store or record["store"])
-        measured = stored_calibration(store, summary["domain"])
-        point, _ = replay(measured, options, "point")
-        lower, missing = replay(measured, options, "lower_bound")
+        config_map = json.loads((job / "config_map.json").read_text())
+        measured = stored_calibration(store, summary["domain"], config_map["model"])
+        point, _ = replay(measured, config_map["num_layers"], options, "point")
+        lower, missing = replay(measured, config_map["num_layers"], options, "lower_bound")
         held = summary["held_out"]
         verdict = held["verdict"] + (f" ({'; '.join(held['reasons'])})" if held["reasons"] else "")
         print(f"| {summary['domain']} | {point.label} | {verdict} | {lower.label} | {missing} |", flush=True)

@@ -153,3 +153,66 @@ def test_bench_ray_measures_one_sweep_locally_and_on_ray_with_the_same_results(t
     numbers = json.loads(output.read_text())
     assert numbers["same_accept_and_metric"] is True and numbers["measurements"] == 2
     assert numbers["ray_batch_s"] > 0 and numbers["local_1_threads_s"] > 0
+
+
+def run_script(tmp_path: Path, name: str, *args: str, timeout: int = 300) -> str:
+    """scripts/<name>.py run in tmp_path on its own cache, offline, one thread; its stdout."""
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
+                        "WANDB_MODE": "offline", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+                        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=True)
+    return done.stdout
+
+
+# Every script at the tiny model's size (those tested above apart), so none can break unnoticed:
+# (script, arguments, a line its output must hold).
+SMOKE = [
+    ("bench_measure", ["--model", "tiny", "--prompts", "2", "--max-new-tokens", "6", "--skip-sets", "2", "--threads", "1",
+                       "--profile-repeats", "0", "--out", "bench_measure.json"], "wrote bench_measure.json"),
+    ("bench_store", ["--rows", "200", "--prompts", "3", "--repeats", "1"], "200 measurements x 3 prompts"),
+    ("domain_baselines", ["--model", "tiny", "--domains", "qa", "--drafters", "pld", "--limit", "6", "--max-new-tokens", "6",
+                          "--store", "store.sqlite"], "| qa | builtin | pld |"),
+    ("routing_accuracy", [], "| tfidf | built-in calibration | built-in test split |"),
+    ("bench_batch_size", ["--model", "tiny", "--prompts", "16", "--max-new-tokens", "4"], "| 64 |"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "expected"), SMOKE, ids=[s[0] for s in SMOKE])
+def test_script_runs_at_tiny_size(tmp_path, name, args, expected):
+    assert expected in run_script(tmp_path, name, *args)
+
+
+def test_bench_eagle_times_a_head_trained_here_and_checks_every_reply(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Say hello."}\n{"prompt": "Count to three."}\n')
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "specsparse.cli", "train-drafter", "--model", "tiny", "--output", "head",
+                    "--prompts", str(prompts), "--max-new-tokens", "6", "--epochs", "1", "--threads", "1"],
+                   cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True)
+    run_script(tmp_path, "bench_eagle", "--model", "tiny", "--head", "head", "--per-domain", "1", "--max-new-tokens", "6",
+               "--k", "2", "--tree", "2", "4", "--json", "rows.json")
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert {"dense", "pld", "samd"} <= {row["method"] for row in rows}
+    assert all(row["mismatches"] == 0 for row in rows)  # every reply equals the dense target's
+
+
+@pytest.mark.slow
+def test_bench_dtype_compile_runs_every_variant_at_tiny_size(tmp_path):
+    out = run_script(tmp_path, "bench_dtype_compile", "--model", "tiny", "--prompts", "1", "--max-new-tokens", "4",
+                     "--repeats", "1", "--threads", "1", timeout=500)
+    assert "| float32_compiled | pld |" in out and "| bfloat16 | plain |" in out
+
+
+@pytest.mark.slow
+def test_feasibility_rules_replays_a_point_rule_sweep_from_its_store(tmp_path):
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+                        "WANDB_MODE": "offline"}
+    subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "model=tiny", "logger=none", "progress=false",
+                    "domain=qa", "domain.limit=10", "search=bfs", "tss.feasibility=point", "tss.max_depth=2",
+                    "generation.max_new_tokens=6", "timing_prompts=2", f"paths.outputs={tmp_path}",
+                    f"paths.store={tmp_path / 'store.sqlite'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                   cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=True)
+    out = run_script(tmp_path, "feasibility_rules", str(tmp_path / "sweep"))
+    row = next(line for line in out.splitlines() if line.startswith("| qa |"))
+    assert row.rstrip().endswith("|") and row.split("|")[2].strip()  # the point rule's pick is named

@@ -146,6 +146,12 @@ class Drafter:
         options change their step cost name them here)."""
         return self.name
 
+    def head_calls(self, k: int) -> int | None:
+        """How many single-token LM-head products a `propose(k)` computes, for a drafter whose step
+        is its body plus those (the cost profile then times the body once and prices the head per
+        row, so every trimmed vocabulary is priced alike); None: its whole step is timed."""
+        return None
+
     def reset(self) -> None:
         """Forget state carried across requests."""
 

@@ -436,8 +436,13 @@ class EagleDrafter(Drafter):
     @property
     def cost_key(self) -> str:
         config = self.head.config
-        return (f"eagle:{self.head.layout}:h{config.hidden_size}:i{config.intermediate_size}:"
-                f"v{self.vocab_size}:tree{self.tree}:choices{self.tree_choices}")
+        shape = f"eagle:{self.head.layout}:h{config.hidden_size}:i{config.intermediate_size}"
+        if not self.drafts_trees:  # chains: the body's time, the LM head priced per row (`head_calls`)
+            return f"{shape}:chain-body"
+        return f"{shape}:v{self.vocab_size}:tree{self.tree}:choices{self.tree_choices}"
+
+    def head_calls(self, k: int) -> int | None:
+        return None if self.drafts_trees else k  # a chain evaluates the head once per drafted token
 
     def replay_drafters(self, prompts, continuations, batch_size, skip_layers=()) -> list[Drafter]:
         """Drafters fed with the (sparse) target's features of prompt + continuation, computed in one

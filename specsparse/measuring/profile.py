@@ -406,7 +406,9 @@ class DraftCost:
 def draft_cost(drafter: Drafter | None, profile: CostProfile, repeats: int = 32) -> DraftCost:
     """The drafter's cost: LM drafters from their model's profile (trimmed head included), token
     drafters from their measured step time, stored in the target's profile (kept in memory only for
-    a pinned profile, whose file is never written)."""
+    a pinned profile, whose file is never written). A drafter that names its LM-head products
+    (`head_calls`: EAGLE chains) stores its body's time once, and its head is priced per row from the
+    profile: two vocabularies never differ by when each was timed."""
     if drafter is None:
         return DraftCost()
     model = getattr(drafter, "model", None)
@@ -415,18 +417,23 @@ def draft_cost(drafter: Drafter | None, profile: CostProfile, repeats: int = 32)
         kept = own.num_layers - len(getattr(drafter, "skip_layers", ()))
         per_token = own.verify_time(kept, 1) - own.head_time(own.vocab_size) + own.head_time(drafter.vocab_size)
         return DraftCost(per_token=max(per_token, 0.0))
+    head = (drafter.head_calls(STEP_DRAFT_TOKENS) or 0) * profile.head_time(getattr(drafter, "vocab_size", 0))
     if drafter.cost_key not in profile.drafter_step_s:
-        profile.drafter_step_s[drafter.cost_key] = _drafter_step_time(drafter, profile.vocab_size, repeats, rounds=5)
+        step = _drafter_step_time(drafter, profile.vocab_size, repeats, STEP_DRAFT_TOKENS, rounds=5)
+        profile.drafter_step_s[drafter.cost_key] = max(step - head, 0.0)
         if profile.path == str(profile_path(profile.identity)):
             save_profile(profile)
         elif profile.path:
             log.warning("pinned cost profile %s has no step time for drafter %s: measured on this machine "
                         "(pin a profile a job with this drafter has used to price it alike everywhere)",
                         profile.path, drafter.cost_key)
-    return DraftCost(per_step=profile.drafter_step_s[drafter.cost_key])
+    return DraftCost(per_step=profile.drafter_step_s[drafter.cost_key] + head)
 
 
-def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = 5, rounds: int = 1) -> float:
+STEP_DRAFT_TOKENS = 5  # tokens a timed drafter step drafts
+
+
+def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = STEP_DRAFT_TOKENS, rounds: int = 1) -> float:
     """Median propose + observe time over `repeats` steps on a repetitive synthetic context (drafts
     exist most steps; a feature drafter gets random features); the fastest of `rounds` rounds."""
     generator = torch.Generator().manual_seed(0)

@@ -390,7 +390,8 @@ VOCAB_COMPARISON_COLUMNS = [
     "model", "domain", "in_domain", "method", "label", "k", "coverage_corpus", "coverage_generations",
     "modeled_latency_reduction", "accept_length", "draft_ms_per_step", "measured_tokens_per_s",
     *_bounded("measured_latency_s"), *_bounded("measured_speedup_vs_full"), *_bounded("measured_speedup_vs_plain"),
-    *_bounded("measured_speedup_vs_pruned"), "same_as_plain", "prompts", "k_stability_mean", "k_stability_min", "k_stability_max", "k_stability_jaccard"]
+    *_bounded("measured_speedup_vs_pruned"), "same_as_plain", "prompts",
+    "k_stability_mean", "k_stability_min", "k_stability_max", "k_stability_jaccard"]
 
 
 def table_vocab_comparison(records: Sequence[JobRecord]) -> pd.DataFrame:

@@ -13,8 +13,8 @@ Every row runs the real engine on the same test prompts, side by side in this pr
 
 Per row: k, C(k) on the corpus and on the target's own replies to the timed prompts, the FLOPs-modeled
 R(k), accept length, draft ms per step, measured tokens/s and latency, speedups over full and over
-plain (and the trained head's over the pruned one) with 95% paired-bootstrap intervals over prompts, and how many replies equal plain decoding's.
-Besides: the stability of TPE's k over random halves of the corpus.
+plain (and the trained head's over the pruned one) with 95% paired-bootstrap intervals over prompts,
+and how many replies equal plain decoding's. Besides: the stability of TPE's k over random halves of the corpus.
 """
 
 from __future__ import annotations

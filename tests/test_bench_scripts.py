@@ -129,39 +129,33 @@ def test_bench_drafters_compares_variants_side_by_side_and_checks_replies(tmp_pa
 
 @pytest.mark.parametrize("arch", ["eagle", "eagle3"])
 def test_profile_draft_step_splits_propose_time_at_each_vocabulary(tmp_path, arch):
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    output = tmp_path / "rows.json"
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "profile_draft_step.py"), "--model", "tiny", "--arch", arch,
-         "--vocab-sizes", "full,10", "--threads", "1", "--repeats", "2", "--json", str(output)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True,
-    )
-    rows = json.loads(output.read_text())
+    run_script(tmp_path, "profile_draft_step", "--model", "tiny", "--arch", arch, "--vocab-sizes", "full,10",
+               "--threads", "1", "--repeats", "2", "--json", "rows.json")
+    rows = json.loads((tmp_path / "rows.json").read_text())
     assert [row["vocab"] for row in rows] == [259, 10]  # the tiny model's full vocabulary, then 10 rows
     assert all(row["propose_ms"] > 0 and 0 <= row["other_share"] <= 1 and row["forward_ms"] > 0 for row in rows)
 
 
 @pytest.mark.slow
 def test_bench_ray_measures_one_sweep_locally_and_on_ray_with_the_same_results(tmp_path):
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    output = tmp_path / "ray.json"
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_ray.py"), "--model", "tiny", "--measurements", "2",
-         "--workers", "1", "--local-threads", "1", "--json", str(output)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=True,
-    )
-    numbers = json.loads(output.read_text())
+    run_script(tmp_path, "bench_ray", "--model", "tiny", "--measurements", "2", "--workers", "1", "--local-threads", "1",
+               "--json", "ray.json", timeout=500)
+    numbers = json.loads((tmp_path / "ray.json").read_text())
     assert numbers["same_accept_and_metric"] is True and numbers["measurements"] == 2
     assert numbers["ray_batch_s"] > 0 and numbers["local_1_threads_s"] > 0
 
 
+def script_env(tmp_path: Path) -> dict:
+    """Offline, one thread, caches under tmp_path."""
+    return os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
+                         "WANDB_MODE": "offline", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+                         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+
+
 def run_script(tmp_path: Path, name: str, *args: str, timeout: int = 300) -> str:
-    """scripts/<name>.py run in tmp_path on its own cache, offline, one thread; its stdout."""
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
-                        "WANDB_MODE": "offline", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-                        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=True)
+    """scripts/<name>.py run in tmp_path (`script_env`); its stdout."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], cwd=tmp_path,
+                          env=script_env(tmp_path), capture_output=True, text=True, timeout=timeout, check=True)
     return done.stdout
 
 
@@ -186,10 +180,9 @@ def test_script_runs_at_tiny_size(tmp_path, name, args, expected):
 def test_bench_eagle_times_a_head_trained_here_and_checks_every_reply(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "Say hello."}\n{"prompt": "Count to three."}\n')
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-m", "specsparse.cli", "train-drafter", "--model", "tiny", "--output", "head",
                     "--prompts", str(prompts), "--max-new-tokens", "6", "--epochs", "1", "--threads", "1"],
-                   cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True)
+                   cwd=tmp_path, env=script_env(tmp_path), capture_output=True, text=True, timeout=300, check=True)
     run_script(tmp_path, "bench_eagle", "--model", "tiny", "--head", "head", "--per-domain", "1", "--max-new-tokens", "6",
                "--k", "2", "--tree", "2", "4", "--json", "rows.json")
     rows = json.loads((tmp_path / "rows.json").read_text())
@@ -206,13 +199,11 @@ def test_bench_dtype_compile_runs_every_variant_at_tiny_size(tmp_path):
 
 @pytest.mark.slow
 def test_feasibility_rules_replays_a_point_rule_sweep_from_its_store(tmp_path):
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-                        "WANDB_MODE": "offline"}
     subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "model=tiny", "logger=none", "progress=false",
                     "domain=qa", "domain.limit=10", "search=bfs", "tss.feasibility=point", "tss.max_depth=2",
                     "generation.max_new_tokens=6", "timing_prompts=2", f"paths.outputs={tmp_path}",
                     f"paths.store={tmp_path / 'store.sqlite'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                   cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=True)
+                   cwd=tmp_path, env=script_env(tmp_path), capture_output=True, text=True, timeout=500, check=True)
     out = run_script(tmp_path, "feasibility_rules", str(tmp_path / "sweep"))
     row = next(line for line in out.splitlines() if line.startswith("| qa |"))
     assert row.rstrip().endswith("|") and row.split("|")[2].strip()  # the point rule's pick is named

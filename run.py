@@ -37,8 +37,8 @@ def main(cfg: DictConfig) -> None:
     from specsparse.jobs.config import ConfigError, build_plan
     from specsparse.jobs.job import JobTerminated, run_plan
     from specsparse.jobs.outputs import results_table
-    from specsparse.jobs.store import StoreError
     from specsparse.measuring.profile import ProfileError
+    from specsparse.study.store import StoreError
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode.name == "MULTIRUN"

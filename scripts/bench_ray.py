@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: PLC0415
 
     from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
-    from specsparse.jobs.runners.local import LocalRunner  # noqa: PLC0415
-    from specsparse.jobs.runners.ray import RayRunner  # noqa: PLC0415
     from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for  # noqa: PLC0415
+    from specsparse.study.runners.local import LocalRunner  # noqa: PLC0415
+    from specsparse.study.runners.ray import RayRunner  # noqa: PLC0415
     from specsparse.types import GenerationConfig  # noqa: PLC0415
 
     spec = EvaluationSpec(model=args.model, domain=DomainSpec(args.domain, limit=args.limit),

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsparse.jobs.store import ResultsStore
+from specsparse.study.store import ResultsStore
 from specsparse.types import Measurement, PromptResult
 
 

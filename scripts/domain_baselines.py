@@ -17,10 +17,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from specsparse.drafters import DRAFTERS
-from specsparse.jobs.runners.local import measure_candidates
-from specsparse.jobs.store import ResultsStore
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
-from specsparse.search.driver import measure_through_store
+from specsparse.study.driver import measure_through_store
+from specsparse.study.runners.local import measure_candidates
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
 

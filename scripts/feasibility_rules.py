@@ -15,8 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from specsparse.jobs.store import ResultsStore
-from specsparse.search import BFSSearch, run_search
+from specsparse.search import BFSSearch
+from specsparse.study.driver import run_search
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
 
 

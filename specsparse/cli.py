@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specsparse.data.prompts import PromptRecord, read_prompt_records
 from specsparse.decoding.models import ModelLoadError
 from specsparse.drafters.eagle_training import TrainingRecipe
-from specsparse.serving.prompts import PromptRecord, read_prompt_records
 from specsparse.types import GenerationConfig
 from specsparse.util import first_line
 
@@ -71,8 +71,8 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from specsparse.config_map import ConfigMapError  # noqa: PLC0415
-    from specsparse.jobs.report import ReportError, build_report, find_jobs, wandb_jobs  # noqa: PLC0415
-    from specsparse.jobs.store import StoreError  # noqa: PLC0415
+    from specsparse.reporting.report import ReportError, build_report, find_jobs, wandb_jobs  # noqa: PLC0415
+    from specsparse.study.store import StoreError  # noqa: PLC0415
 
     if args.mixed_stream is not None and args.mixed_stream < 1:
         return fail(f"--mixed-stream must be >= 1 test prompts per domain, got {args.mixed_stream}")
@@ -101,7 +101,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(heading)
         print(written[kind][0].read_text())
     if args.publish:
-        from specsparse.jobs.wandb_report import job_group, publish, report_definition  # noqa: PLC0415
+        from specsparse.reporting.wandb_report import job_group, publish, report_definition  # noqa: PLC0415
 
         headings = {"table1": "Table 1: native vs TSS per domain", "table2": "Table 2: search strategies per domain",
                     "table_vocab": "Draft vocabulary trimming, in and out of domain",

@@ -12,12 +12,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from specsparse.drafters.base import Drafter
+from specsparse.decoding.drafter import Drafter
 from specsparse.jobs.config import GROUPS, ConfigError, JobPlan, build_plan
-from specsparse.jobs.runners.local import LocalRunner
 from specsparse.measuring.evaluation import evaluator_for
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
+from specsparse.study.runners.local import LocalRunner
 from specsparse.types import Candidate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def test_relative_paths_resolve_against_the_launch_directory(tmp_path, shared_da
 
 
 def test_library_never_imports_hydra():
-    code = ("import sys, specsparse.jobs.config, specsparse.jobs.report, specsparse.jobs.runners.ray, specsparse.jobs.wandb_logger, "
+    code = ("import sys, specsparse.jobs.config, specsparse.reporting.report, specsparse.study.runners.ray, specsparse.reporting.wandb_logger, "
             "specsparse.cli, specsparse.jobs.job; bad = [m for m in sys.modules if m.split('.')[0] in "
             "('hydra', 'omegaconf')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

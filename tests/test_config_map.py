@@ -20,7 +20,8 @@ from specsparse.config_map import (
     write_config_map,
 )
 from specsparse.jobs.outputs import domain_config_from_result, write_measurements_csv
-from specsparse.search import BFSSearch, evaluate_callable, run_search
+from specsparse.search import BFSSearch
+from specsparse.study.driver import evaluate_callable, run_search
 from specsparse.types import Candidate
 
 NUM_LAYERS = 12

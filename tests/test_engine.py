@@ -9,12 +9,12 @@ from conftest import DRAFTERS, NUM_LAYERS, TREE_DRAFTERS, make_drafter, skip_set
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsparse.decoding.drafter import tree_from_branches
 from specsparse.decoding.engine import AdaptiveDraftLength, greedy_accept, speculative_generate
 from specsparse.decoding.models import tiny_model
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import skipper_for
 from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter, TokenRecyclingDrafter
-from specsparse.drafters.base import tree_from_branches
 from specsparse.drafters.pld import PromptLookupDrafter
 from specsparse.types import GenerationConfig
 

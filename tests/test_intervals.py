@@ -99,7 +99,7 @@ def test_an_uninformative_metric_is_noted_and_stops_constraining_only_when_asked
 
 def pool_of(measurements: dict[tuple[int, ...], Measurement], **options) -> tuple[int, ...]:
     """The BFS pool built from these single-skip measurements (dense under ())."""
-    from specsparse.search import evaluate_callable, run_search
+    from specsparse.study.driver import evaluate_callable, run_search
 
     worst = measurements[(3,)]  # pairs: as bad as the worst single skip
     result = run_search(BFSSearch(4, max_depth=2, **options),
@@ -141,7 +141,7 @@ def _job(timing_speedup: list[float], test_metrics: tuple, guard: dict | None = 
     dense; `test_metrics`: (dense, selected), each one metric for every prompt or a per-prompt list."""
     from specsparse.jobs.job import JobResult
     from specsparse.measuring.timing import SideBySide
-    from specsparse.search import evaluate_callable, run_search
+    from specsparse.study.driver import evaluate_callable, run_search
 
     # Skipping layer 2 is free and cheaper: the search selects it.
     result = run_search(BFSSearch(4, max_depth=1), evaluate_callable(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specsparse.jobs.report import build_report, find_jobs
+from specsparse.reporting.report import build_report, find_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["logger=none", "progress=false", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=2"]

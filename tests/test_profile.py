@@ -16,8 +16,6 @@ from omegaconf import OmegaConf
 from specsparse.jobs.config import ConfigError, build_plan
 from specsparse.jobs.job import run_job
 from specsparse.jobs.reproduce import cost_profiles
-from specsparse.jobs.runners.local import LocalRunner
-from specsparse.jobs.store import ResultsStore
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
 from specsparse.measuring.profile import (
     ATTEMPTS,
@@ -38,6 +36,8 @@ from specsparse.measuring.profile import (
     profile_path,
     profile_record,
 )
+from specsparse.study.runners.local import LocalRunner
+from specsparse.study.store import ResultsStore
 from specsparse.types import Component, GenerationConfig, Measurement
 from specsparse.util import file_sha256
 

@@ -20,16 +20,16 @@ import pytest
 import torch
 
 from specsparse.jobs.job import run_job
-from specsparse.jobs.runners.local import LocalRunner
-from specsparse.jobs.runners.ray import (
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+from specsparse.study.runners.local import LocalRunner
+from specsparse.study.runners.ray import (
     RayResourceError,
     RayRunner,
     spec_from_dict,
     spec_to_dict,
     stop_orphaned_local_rays,
 )
-from specsparse.jobs.store import ResultsStore
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,7 +198,7 @@ def test_submit_a_sweep_to_a_ray_head(tmp_path):
 def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_token):
     """kill -9 of a runner=ray driver: nothing runs ray.shutdown, and Ray's agents outlive it. The
     next runner=ray start stops every process of that Ray (found by its session name), no other."""
-    code = ("import sys; from specsparse.jobs.runners.ray import RayRunner; runner = RayRunner(num_workers=1); "
+    code = ("import sys; from specsparse.study.runners.ray import RayRunner; runner = RayRunner(num_workers=1); "
             "runner._connect(); print(runner._session_record, flush=True); sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "OMP_NUM_THREADS": "1"})

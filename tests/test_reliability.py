@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specsparse.jobs.store import ResultsStore, StoreError
+from specsparse.study.store import ResultsStore, StoreError
 from specsparse.util import atomic_write_text, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]

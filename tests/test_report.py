@@ -14,9 +14,9 @@ import pytest
 
 from specsparse.cli import main
 from specsparse.config_map import load_config_map
-from specsparse.jobs.ablation import single_layer_ablation
 from specsparse.jobs.outputs import upgrade_summary
-from specsparse.jobs.report import (
+from specsparse.reporting.ablation import single_layer_ablation
+from specsparse.reporting.report import (
     JobRecord,
     build_report,
     find_jobs,
@@ -29,7 +29,7 @@ from specsparse.jobs.report import (
     to_latex,
     to_markdown,
 )
-from specsparse.jobs.wandb_report import to_wandb_report
+from specsparse.reporting.wandb_report import to_wandb_report
 from specsparse.serving.router import map_routing_prompts
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,9 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specsparse.jobs.runners.local import configurations_per_pass, measure_candidates
-from specsparse.jobs.store import ResultsStore
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec, evaluator_for
+from specsparse.study.runners.local import configurations_per_pass, measure_candidates
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]

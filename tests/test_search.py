@@ -16,7 +16,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import specsparse.search as search_pkg
-from specsparse.jobs.store import ResultsStore
+from specsparse.measuring.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.search import (
     AcceptOnlySearch,
     BFSSearch,
@@ -26,15 +26,13 @@ from specsparse.search import (
     SearchStrategy,
     Selection,
     TPEVocabSearch,
-    evaluate_callable,
     is_feasible,
     pareto_front,
-    run_search,
 )
 from specsparse.search.base import NOTE_DENSE_SELECTED, NOTE_METRIC_UNDEFINED
-from specsparse.search.driver import candidate_meta
 from specsparse.search.pareto import feasibility_thresholds, selection_key
-from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
+from specsparse.study.driver import candidate_meta, evaluate_callable, run_search
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
 from specsparse.util import content_hash
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.jobs.store import ResultsStore, StoreError, measurement_from_dict, measurement_to_dict
+from specsparse.study.store import ResultsStore, StoreError, measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Measurement, PromptResult
 from specsparse.util import content_hash
 
@@ -153,7 +153,7 @@ def test_export_csv_is_atomic_and_readable(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from specsparse.jobs.store import ResultsStore
+    from specsparse.study.store import ResultsStore
     from specsparse.types import Measurement, PromptResult
     store = ResultsStore(sys.argv[1])
     prompts = tuple(PromptResult(f"p{j}", "x" * 2000, (1, 2) * 50, 100, 0.1, 0.1) for j in range(20))

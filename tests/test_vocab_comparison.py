@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.jobs.report import build_report, find_jobs
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, k_stability
 from specsparse.measuring.timing import time_runners
+from specsparse.measuring.vocab import coverage_curve, token_frequencies
+from specsparse.reporting.report import build_report, find_jobs
 from specsparse.search.tpe_vocab import TPEVocabSearch
-from specsparse.search.vocab import coverage_curve, token_frequencies
 from specsparse.types import GenerationResult
 
 ROOT = Path(__file__).resolve().parents[1]

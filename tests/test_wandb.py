@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 
 from specsparse.jobs.config import build_plan
 from specsparse.jobs.job import run_plan
-from specsparse.jobs.report import JobRecord
-from specsparse.jobs.wandb_logger import WandbLogger, artifact_name, has_api_key, run_identity
-from specsparse.jobs.wandb_report import job_group, report_definition, runset_filters, to_wandb_report
+from specsparse.reporting.report import JobRecord
+from specsparse.reporting.wandb_logger import WandbLogger, artifact_name, has_api_key, run_identity
+from specsparse.reporting.wandb_report import job_group, report_definition, runset_filters, to_wandb_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,7 +162,7 @@ def test_a_killed_process_leaves_no_wandb_temp_folders_behind(tmp_path):
     """wandb makes temporary folders when imported; a process killed with -9 cannot remove them.
     They live in specsparse-wandb-<pid>, which the next import removes once that pid is gone."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    code = ("import os, sys, tempfile; from specsparse.jobs.wandb_logger import import_wandb; import_wandb(); "
+    code = ("import os, sys, tempfile; from specsparse.reporting.wandb_logger import import_wandb; import_wandb(); "
             "print(os.getpid(), flush=True); sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     pid = child.stdout.readline().strip()
@@ -172,7 +172,7 @@ def test_a_killed_process_leaves_no_wandb_temp_folders_behind(tmp_path):
     child.kill()
     child.wait()
     assert own.is_dir()  # what kill -9 leaves
-    subprocess.run([sys.executable, "-c", "from specsparse.jobs.wandb_logger import import_wandb; import_wandb()"],
+    subprocess.run([sys.executable, "-c", "from specsparse.reporting.wandb_logger import import_wandb; import_wandb()"],
                    env=env, check=True, timeout=120)
     assert not own.exists() and list(tmp_path.iterdir()) == []  # removed; the second process cleaned up after itself
 

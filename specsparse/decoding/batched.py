@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.engine import Request
 from specsparse.decoding.session import BatchedSession
-from specsparse.drafters.base import Drafter
 from specsparse.types import GenerationConfig, GenerationResult
 
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.session import ModelSession
-from specsparse.drafters.base import Drafter, Proposal
 from specsparse.types import GenerationConfig, GenerationResult
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.models import LoadedModel
-from specsparse.drafters.base import Drafter
 from specsparse.types import GenerationConfig, GenerationResult
 
 

@@ -1,6 +1,6 @@
 """Drafters propose chains (or trees) of tokens for the target to verify. All share `Drafter` (see base.py)."""
 
-from specsparse.drafters.base import Drafter, Proposal
+from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.drafters.draft_model import DraftModelDrafter
 from specsparse.drafters.eagle import EagleDrafter
 from specsparse.drafters.pld import PromptLookupDrafter

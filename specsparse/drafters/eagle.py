@@ -32,9 +32,9 @@ from torch import nn
 from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache
-from specsparse.drafters.base import Drafter, Proposal
 from specsparse.util import atomic_write_text, checkpoint_sha256
 
 LAYOUTS = ("eagle", "eagle3")

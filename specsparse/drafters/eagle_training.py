@@ -168,7 +168,7 @@ def training_prompts(target: LoadedModel, recipe: TrainingRecipe) -> list[list[i
     if source == "builtin":
         return [encode_messages(target.tokenizer, build_messages(DOMAINS[name], ex, 0))
                 for name, calibration in builtin_calibration(recipe).items() for ex in calibration]
-    from specsparse.serving.prompts import read_prompt_records  # noqa: PLC0415
+    from specsparse.data.prompts import read_prompt_records  # noqa: PLC0415
 
     return [encode_messages(target.tokenizer, record.turns[0]) for record in read_prompt_records(source)]
 

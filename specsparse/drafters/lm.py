@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.session import BatchedSession, ModelSession
 from specsparse.decoding.skipping import decoder_layers
-from specsparse.drafters.base import Drafter, Proposal
 
 
 class LMDrafter(Drafter):

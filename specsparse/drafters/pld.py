@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specsparse.drafters.base import Drafter, Proposal, tree_from_branches
+from specsparse.decoding.drafter import Drafter, Proposal, tree_from_branches
 
 
 class PromptLookupDrafter(Drafter):

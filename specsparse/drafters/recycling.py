@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from specsparse.drafters.base import Drafter, Proposal
+from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.util import content_hash
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from specsparse.drafters.base import Drafter, Proposal
+from specsparse.decoding.drafter import Drafter, Proposal
 
 SEPARATOR = -1  # between corpus documents: no token matches it, so a match never spans two documents
 

@@ -27,9 +27,9 @@ from typing import Any
 from specsparse.data import DOMAINS, SOURCES, load_examples
 from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
 from specsparse.data.corpus import builtin_sets
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import DTYPES
 from specsparse.decoding.skipping import validate_skip_layers
-from specsparse.drafters.base import Drafter
 from specsparse.drafters.eagle import EagleDrafter, own_vocabulary
 from specsparse.jobs.reproduce import data_fingerprint
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec

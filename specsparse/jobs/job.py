@@ -5,7 +5,7 @@ the held-out test split, and write the domain config map, the measured configura
     job = run_plan(plan)                          # runner, logger, reproduce.json around run_job
     results_table(job)                            # the text run.py prints (specsparse.jobs.outputs)
 
-The runner measures (`specsparse.jobs.runners`); the search driver serves and stores measurements
+The runner measures (`specsparse.study.runners`); the search driver serves and stores measurements
 through the results store; everything is written from this process, so results do not depend on
 which runner measured them.
 """
@@ -24,8 +24,6 @@ from specsparse.drafters.eagle_training import recipe_from_options, training_dom
 from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
-from specsparse.jobs.runners import Runner
-from specsparse.jobs.store import ResultsStore, measurement_to_dict
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
 from specsparse.measuring.fidelity import NAME as FIDELITY
@@ -34,8 +32,10 @@ from specsparse.measuring.intervals import comparison, paired_ratios
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.metrics import SCALE, metric_description
 from specsparse.search.base import TASK_GUARD, SearchResult
-from specsparse.search.driver import OnMeasurement, measure_through_store, run_search
 from specsparse.search.random import draw_statistics
+from specsparse.study.driver import OnMeasurement, measure_through_store, run_search
+from specsparse.study.runners import Runner
+from specsparse.study.store import ResultsStore, measurement_to_dict
 from specsparse.types import Candidate, Component, Measurement
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 

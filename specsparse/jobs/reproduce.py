@@ -21,8 +21,8 @@ from specsparse.util import content_hash, utc_now
 
 if TYPE_CHECKING:
     from specsparse.jobs.config import JobPlan
-    from specsparse.jobs.runners import Runner
     from specsparse.measuring.evaluation import EvaluationSpec
+    from specsparse.study.runners import Runner
 
 log = logging.getLogger(__name__)
 

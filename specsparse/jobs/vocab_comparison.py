@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specsparse.search.vocab import coverage_curve, token_frequencies, top_k_ids
+from specsparse.measuring.vocab import coverage_curve, token_frequencies, top_k_ids
 from specsparse.util import atomic_write_text, content_hash
 
 if TYPE_CHECKING:
-    from specsparse.drafters.base import Drafter
+    from specsparse.decoding.drafter import Drafter
     from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
     from specsparse.measuring.timing import SideBySide
     from specsparse.search.tpe_vocab import TPEVocabSearch

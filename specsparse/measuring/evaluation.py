@@ -2,7 +2,7 @@
 
 `EvaluationSpec` holds all of it as plain data (picklable, hashable into a store key); `Evaluator`
 turns it into objects once (model loaded once per process and kept, so Ray workers do not reload)
-and measures candidates. Both runners measure through `specsparse.jobs.runners.measure_candidates`.
+and measures candidates. Both runners measure through `specsparse.study.runners.measure_candidates`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from specsparse import __version__
 from specsparse.data import Example, build_messages, get_domain, load_examples, split_examples
 from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.batched import generate_batch
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel, load_model_cached
-from specsparse.drafters.base import Drafter
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
 from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, pinned_profile, price, profile_for
-from specsparse.search.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
+from specsparse.measuring.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import checkpoint_sha256, content_hash, file_sha256
 

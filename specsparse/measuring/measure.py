@@ -30,10 +30,10 @@ from tqdm.auto import tqdm
 
 from specsparse.data import Domain, Example, build_messages
 from specsparse.decoding.batched import generate_batch
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.generation import encode_messages, generate_text
 from specsparse.decoding.models import LoadedModel
 from specsparse.decoding.skipping import decoder_layers
-from specsparse.drafters.base import Drafter
 from specsparse.measuring.replay import replay
 from specsparse.metrics import score
 from specsparse.types import GenerationConfig, GenerationResult, Measurement, PromptResult

@@ -53,9 +53,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import cache_dir
 from specsparse.decoding.session import ModelSession
-from specsparse.drafters.base import Drafter
 from specsparse.types import Measurement
 from specsparse.util import atomic_write_text, content_hash, file_sha256, first_line, utc_now
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.engine import Request
-from specsparse.drafters.base import Drafter
 from specsparse.types import GenerationConfig, GenerationResult
 
 NEVER = -1  # stands for the target's prediction after its final EOS: never a drafted token

@@ -16,9 +16,9 @@ import torch
 from tqdm.auto import tqdm
 
 from specsparse.data import Domain, Example, build_messages
+from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.generation import generate_text
 from specsparse.decoding.models import LoadedModel
-from specsparse.drafters.base import Drafter
 from specsparse.types import GenerationConfig, GenerationResult
 
 

@@ -1,4 +1,5 @@
-"""Search strategies (propose) and the driver (owns the loop).
+"""Search strategies: each proposes candidates and selects from their measurements (the loop that
+measures them is `specsparse.study.driver`).
 
 Names match across layers: `conf/search/<name>.yaml` <-> `specsparse/search/<name>.py` <-> class.
 """
@@ -6,7 +7,6 @@ Names match across layers: `conf/search/<name>.yaml` <-> `specsparse/search/<nam
 from specsparse.search.accept_only import AcceptOnlySearch
 from specsparse.search.base import LayerSkipSearch, SearchResult, SearchStrategy, Selection
 from specsparse.search.bfs import BFSSearch
-from specsparse.search.driver import evaluate_callable, run_search
 from specsparse.search.greedy import GreedySearch
 from specsparse.search.metric_only import MetricOnlySearch
 from specsparse.search.pareto import is_feasible, pareto_front
@@ -29,8 +29,6 @@ __all__ = [
     "SearchStrategy",
     "Selection",
     "TPEVocabSearch",
-    "evaluate_callable",
     "is_feasible",
     "pareto_front",
-    "run_search",
 ]

@@ -1,6 +1,6 @@
 """Search strategy interface, the result of a search, and the shared layer-skip machinery.
 
-A strategy only proposes (`ask`) and learns (`tell`); `specsparse.search.driver.run_search` owns the
+A strategy only proposes (`ask`) and learns (`tell`); `specsparse.study.driver.run_search` owns the
 loop, the budget, de-duplication, caching, storing and logging — as Optuna's Study owns the loop and
 samplers only sample.
 """

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from specsparse.serving.prompts import PromptFileError, read_prompt_records
+from specsparse.data.prompts import PromptFileError, read_prompt_records
 
 if TYPE_CHECKING:
     from specsparse.config_map import ConfigMap

@@ -20,7 +20,7 @@ Resources are checked before anything is scheduled: a trial asking for GPUs the 
 have would stay PENDING forever, so that raises `RayResourceError` instead.
 
 Pricing: a measurement is priced where it is measured, by the worker's cost profile (its hardware,
-not the driver's), and the search driver keeps that price (`specsparse.search.driver.run_search`
+not the driver's), and the search driver keeps that price (`specsparse.study.driver.run_search`
 re-prices only what the results store serves, with the `price` it is given: `RayRunner.price` prices
 those on a worker too, so the driver's own profile prices nothing). With `cost.profile=PATH` every
 worker and the driver price with that one file (its text travels with each batch, for workers on
@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 # Light imports only: Tune's trial processes import this module to run `_trial`, and they never need
 # torch or transformers (the worker actors do, once).
-from specsparse.jobs.runners import OnResult
-from specsparse.jobs.store import measurement_from_dict, measurement_to_dict
+from specsparse.study.runners import OnResult
+from specsparse.study.store import measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import atomic_write_text, content_hash, is_int, is_number
 
@@ -162,9 +162,9 @@ class EvaluationWorker:
 
     def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None,
                  cost_profile_text: str | None = None) -> dict[str, Any]:
-        from specsparse.jobs.runners.local import measure_candidates  # noqa: PLC0415
         from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
         from specsparse.measuring.profile import profile_record  # noqa: PLC0415
+        from specsparse.study.runners.local import measure_candidates  # noqa: PLC0415
 
         threshold = None if thresholds is None else tuple(thresholds)
         evaluation = _local_profile(spec_from_dict(spec), cost_profile_text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from specsparse.search.driver import OnResult
+from specsparse.study.driver import OnResult
 from specsparse.types import Candidate, Measurement
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from specsparse.jobs.store import ResultsStore
 from specsparse.search.base import SearchResult, SearchStrategy
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
 
 log = logging.getLogger(__name__)

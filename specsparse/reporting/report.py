@@ -35,22 +35,22 @@ import pandas as pd
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, merge_config_maps, write_config_map
 from specsparse.decoding.models import load_model_cached
-from specsparse.jobs.ablation import plot_ablation, single_layer_ablation
-from specsparse.jobs.figures import (
+from specsparse.jobs.outputs import upgrade_summary
+from specsparse.measuring.evaluation import DomainSpec
+from specsparse.measuring.intervals import mean_interval
+from specsparse.reporting.ablation import plot_ablation, single_layer_ablation
+from specsparse.reporting.figures import (
     dense_accept_lengths,
     plot_dense_accept,
     plot_pareto,
     plot_samples,
     plot_vocab_coverage,
 )
-from specsparse.jobs.mixed_stream import round_robin, run_mixed_stream
-from specsparse.jobs.outputs import upgrade_summary
-from specsparse.jobs.store import ResultsStore
-from specsparse.measuring.evaluation import DomainSpec
-from specsparse.measuring.intervals import mean_interval
+from specsparse.reporting.mixed_stream import round_robin, run_mixed_stream
 from specsparse.search import STRATEGY_NAMES
 from specsparse.serving.controller import Controller
 from specsparse.serving.router import make_router, map_routing_prompts
+from specsparse.study.store import ResultsStore
 from specsparse.types import Component, GenerationConfig
 from specsparse.util import atomic_write_text, first_line, strict_json
 
@@ -141,7 +141,7 @@ def _read_json(file: Path) -> Any:
 
 def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
     """Jobs from W&B runs of `entity/project` (their summaries are the jobs' summary.json)."""
-    from specsparse.jobs.wandb_logger import has_api_key, import_wandb  # noqa: PLC0415
+    from specsparse.reporting.wandb_logger import has_api_key, import_wandb  # noqa: PLC0415
 
     if not has_api_key():  # else wandb.Api raises (or prompts for a key on a terminal)
         raise ReportError(f"--wandb {path} reads runs from the W&B server and needs an API key: "

@@ -236,8 +236,8 @@ class WandbLogger:
             self._safe(self.run.config.update, {"cost_profile": json.loads(strict_json(cost_profile))})
         wandb = import_wandb()
 
-        from specsparse.jobs.figures import plot_pareto  # noqa: PLC0415
-        from specsparse.jobs.report import read_measurements  # noqa: PLC0415
+        from specsparse.reporting.figures import plot_pareto  # noqa: PLC0415
+        from specsparse.reporting.report import read_measurements  # noqa: PLC0415
 
         out = Path(job.output_dir)
         summary = job.summary()

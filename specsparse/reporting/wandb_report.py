@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.jobs.wandb_logger import ALIASES, has_api_key, import_wandb, run_identity
+from specsparse.reporting.wandb_logger import ALIASES, has_api_key, import_wandb, run_identity
 from specsparse.util import atomic_write_text
 
 DEFINITION = "wandb_report.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specsparse.jobs.runners import OnResult
 from specsparse.measuring.evaluation import EvaluationSpec, evaluator_for
+from specsparse.study.runners import OnResult
 from specsparse.types import Candidate, Measurement
 
 

@@ -1,6 +1,6 @@
 """The report's figures (PNG, matplotlib without pyplot): the Pareto front of a search, the dense accept
 length per domain and drafter (the papers' Fig. 2) and per-sample dense vs TSS (Fig. 5); the
-single-layer ablation's figure (Fig. 3) is in `specsparse.jobs.ablation`; and a vocabulary search's
+single-layer ablation's figure (Fig. 3) is in `specsparse.reporting.ablation`; and a vocabulary search's
 coverage against k."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """The papers' Fig. 2 data: the dense target's accept length per (model, drafter, domain), from the
     stored dense measurements of the calibration splits (the latest when a setting was measured
     several times, e.g. with other generation settings)."""
-    from specsparse.jobs.store import ResultsStore  # noqa: PLC0415 - figures stay importable without sqlite work
+    from specsparse.study.store import ResultsStore  # noqa: PLC0415 - figures stay importable without sqlite work
 
     latest: dict[tuple[str, str, str], dict] = {}
     for store_path in stores:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from specsparse.jobs.figures import new_figure, save_figure
-from specsparse.jobs.store import SCALAR_FIELDS, ResultsStore
 from specsparse.metrics import SCALE
+from specsparse.reporting.figures import new_figure, save_figure
+from specsparse.study.store import SCALAR_FIELDS, ResultsStore
 
 
 def single_layer_ablation(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:

@@ -1,7 +1,8 @@
-"""The grown built-in example sets (specsparse/data/builtin/*.jsonl, made by scripts/build_builtin_sets.py).
+"""The grown built-in example sets (specsparse/data/builtin/*.jsonl, kept in normal form by
+scripts/build_builtin_sets.py).
 
-The original rows of every file are pinned by the SHA-256 of their lines; everything after them is
-generated, checked here for size, uniqueness, reference format and (math) exact arithmetic.
+The original rows of every file are pinned by the SHA-256 of their lines; the rows after them are
+checked here for size, uniqueness, reference format and (math) exact arithmetic.
 """
 
 import hashlib
@@ -214,7 +215,24 @@ def builder():
 
 @pytest.mark.parametrize("domain", list(ORIGINALS))
 def test_files_match_the_generator(builder, domain):
-    """The files are what the (deterministic) script makes: originals first, then the generated rows."""
+    """The files are in the script's normal form: originals first, then the added rows, numbered."""
     assert builder.ORIGINAL[domain] == ORIGINALS[domain][:2]
     assert builder.build(domain) == (BUILTIN / f"{domain}.jsonl").read_bytes()
-    assert builder.new_rows(domain) == builder.new_rows(domain)
+
+
+@pytest.mark.parametrize("domain", list(ORIGINALS))
+def test_generator_numbers_and_reformats_added_rows(builder, domain):
+    """Added rows written without ids and in another JSON style come out as the shipped lines."""
+    rows = ORIGINALS[domain][0]
+    lines = _lines(domain)
+    added = [{k: v for k, v in json.loads(line).items() if k != "id"} for line in lines[rows:]]
+    loose = b"".join(lines[:rows]) + "".join(json.dumps(row, separators=(",", ":")) + "\n\n" for row in added).encode()
+    assert builder.normal_form(domain, loose) == b"".join(lines)
+
+
+def test_generator_refuses_changed_originals_and_duplicates(builder):
+    lines = _lines("qa")
+    with pytest.raises(SystemExit, match="original"):
+        builder.normal_form("qa", lines[1] + lines[0] + b"".join(lines[2:]))
+    with pytest.raises(SystemExit, match="duplicate"):
+        builder.normal_form("qa", b"".join(lines) + lines[-1])

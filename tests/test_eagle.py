@@ -15,8 +15,11 @@ from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.models import tiny_model
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN
-from specsparse.drafters.eagle import EagleDrafter, EagleHead, EagleLoadError, eagle3_feature_layers, load_eagle_head
-from specsparse.drafters.eagle_training import TrainingRecipe, train_eagle_head
+from specsparse.drafters.eagle import EagleDrafter
+from specsparse.drafters.eagle_checkpoint import load_eagle_head, save_eagle_head
+from specsparse.drafters.eagle_head import EagleHead, EagleLoadError, eagle3_feature_layers
+from specsparse.drafters.eagle_recipe import TrainingRecipe
+from specsparse.drafters.eagle_training import train_eagle_head
 from specsparse.types import GenerationConfig
 
 HIDDEN = 48
@@ -66,7 +69,7 @@ def trained(tmp_path_factory, models):
 @pytest.mark.parametrize("layout,trimmed", [("eagle", False), ("eagle", True), ("eagle3", False), ("eagle3", True)])
 def test_a_saved_head_loads_back_identically(models, tmp_path, layout, trimmed):
     head = random_head(models[0], layout, trimmed)
-    head.save(tmp_path)
+    save_eagle_head(head, tmp_path)
     loaded = load_eagle_head(str(tmp_path), models[0].config, NUM_LAYERS)
     assert loaded.layout == layout and loaded.feature_layers == head.feature_layers
     assert set(loaded.state_dict()) == set(head.state_dict())
@@ -77,12 +80,12 @@ def test_a_saved_head_loads_back_identically(models, tmp_path, layout, trimmed):
 def test_a_head_with_its_own_vocabulary_is_refused_by_the_vocabulary_search_before_loading(models, tmp_path):
     from test_app import plan_for
 
-    from specsparse.drafters.eagle import own_vocabulary
+    from specsparse.drafters.eagle_checkpoint import own_vocabulary
     from specsparse.jobs.config import ConfigError
 
     for layout, trimmed, refused in (("eagle", False, None), ("eagle", True, "trimmed"), ("eagle3", False, None),
                                      ("eagle3", True, "trimmed")):
-        random_head(models[0], layout, trimmed).save(tmp_path / f"{layout}{trimmed}")
+        save_eagle_head(random_head(models[0], layout, trimmed), tmp_path / f"{layout}{trimmed}")
         reason = own_vocabulary(str(tmp_path / f"{layout}{trimmed}"))
         assert reason is None if refused is None else refused in reason
     assert own_vocabulary(str(tmp_path / "not-trained-yet")) is None
@@ -139,7 +142,7 @@ def test_official_eagle3_layout_loads_with_its_draft_vocabulary(models, tmp_path
 def test_unusable_checkpoints_fail_in_one_line(models, tmp_path):
     with pytest.raises(EagleLoadError, match="not a directory"):
         load_eagle_head(str(tmp_path / "missing"), models[0].config, NUM_LAYERS)
-    random_head(models[0], "eagle").save(tmp_path)
+    save_eagle_head(random_head(models[0], "eagle"), tmp_path)
     other = tiny_model(num_layers=4, hidden_size=HIDDEN, vocab_size=100).model.config
     with pytest.raises(EagleLoadError, match="100"):
         load_eagle_head(str(tmp_path), other, NUM_LAYERS)
@@ -424,7 +427,7 @@ def test_a_missing_checkpoint_with_a_recipe_is_trained_once(models, tmp_path, mo
     recipe = {"prompts": str(prompts), "max_new_tokens": 8, "epochs": 1}
     first = EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train=recipe)
     assert [p.parent.name for p in (tmp_path / "heads").glob("*/model.safetensors")] == [
-        eagle_training.trained_head(target, tmp_path / "heads", eagle_training.TrainingRecipe(**recipe)).name]
+        eagle_training.trained_head(target, tmp_path / "heads", TrainingRecipe(**recipe)).name]
     monkeypatch.setattr(eagle_training, "train_eagle_head", lambda *a, **k: pytest.fail("trained twice"))
     second = EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train=recipe)
     assert second.head is first.head  # loaded once per process
@@ -449,7 +452,7 @@ def test_heads_trained_on_the_same_replies_generate_them_once(models, tmp_path, 
 def test_training_prompts_never_include_a_jobs_test_prompt():
     """`TrainingRecipe(limit=L)`'s built-in prompts are each set's calibration split as a job at
     domain.limit=L splits it: at several limits, no test example of any built-in domain is among them."""
-    from specsparse.drafters.eagle_training import TrainingRecipe, builtin_calibration
+    from specsparse.drafters.eagle_recipe import builtin_calibration
     from specsparse.measuring.evaluation import DomainSpec
 
     for limit, fraction in ((None, 0.2), (10, 0.2), (40, 0.2), (100, 0.5)):
@@ -569,7 +572,7 @@ def test_eagle_on_the_embedded_model_is_lossless(smollm, layout):
     """SmolLM2-135M float32 with an (untrained) head of each layout: EAGLE-3's fused layers of the
     real 30-layer model under a skip set with layer 0, chains and trees, equal the greedy output."""
     from specsparse.decoding.generation import encode_messages
-    from specsparse.drafters.eagle_training import head_config as target_head_config
+    from specsparse.drafters.eagle_head import head_config as target_head_config
 
     model = smollm.model
     torch.manual_seed(0)

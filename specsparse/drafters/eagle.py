@@ -1,4 +1,4 @@
-"""EAGLE drafters: a one-layer head that drafts from the target's own hidden states (features).
+"""EAGLE drafters: a one-layer head (eagle_head.py) that drafts from the target's own hidden states (features).
 
 At context position j the head reads the target's feature f_j of token x_j and the embedding of the
 next token x_{j+1}, and predicts the feature of x_{j+1}; the LM head turns a predicted feature into
@@ -7,318 +7,27 @@ verification the drafts' head states are dropped and the head reads the target's
 the accepted tokens, so its cache always holds (target feature, token) pairs of the committed context.
 With target-side skipping the features are those of the sparse target (the session records them).
 
-Two checkpoint layouts (`load_eagle_head`):
-- "eagle" (EAGLE-1 / EAGLE-2): features are the target's final-norm hidden states; fc maps
-  [embedding, feature] (2h) to h; one Llama decoder layer without its input norm; logits come from
-  the target's own LM head.
-- "eagle3" (EAGLE-3): features are the residual streams entering three target layers (low, middle,
-  high), fused by fc (3h -> h); the decoder layer's attention reads [norm(embedding), norm(hidden)]
-  (2h); the head has its own final norm and LM head over a draft vocabulary, mapped to target ids
-  by `d2t` (target id = draft id + d2t[draft id]).
-
-Either layout may carry `d2t`: a trimmed draft vocabulary (`specsparse train-drafter --vocab-size`).
-Proposals are chains, EAGLE-2's dynamic trees (`tree`) or static trees (`tree_choices`); see
-`EagleDrafter`.
+Checkpoints are read by eagle_checkpoint.py; a drafter given a training recipe trains its head on
+first use (eagle_training.py). Proposals are chains, EAGLE-2's dynamic trees (`tree`) or static trees
+(`tree_choices`); see `EagleDrafter`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from torch import nn
-from transformers import LlamaConfig, PreTrainedModel
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+from transformers import PreTrainedModel
 
 from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.session import ModelSession
-from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache
-from specsparse.util import atomic_write_text, checkpoint_sha256
-
-LAYOUTS = ("eagle", "eagle3")
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-class EagleLoadError(ValueError):
-    """An EAGLE checkpoint that cannot be used with this target; the message says why and what to do."""
-
-
-def eagle3_feature_layers(num_target_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's fused target layers: the streams entering layers 2, L // 2 and L - 3."""
-    return (2, num_target_layers // 2, num_target_layers - 3)
-
-
-class EagleHead(nn.Module):
-    """The trainable part of an EAGLE drafter (the embedding, and for "eagle" the LM head, are the
-    target's). `draft_to_target`: the target id of each draft-vocabulary row, or None (full vocabulary)."""
-
-    def __init__(
-        self,
-        config: LlamaConfig,
-        layout: str = "eagle",
-        feature_layers: Sequence[int] = (FINAL_HIDDEN,),
-        target_hidden_size: int | None = None,
-        fc_bias: bool = False,
-        draft_to_target: torch.Tensor | None = None,
-    ):
-        super().__init__()
-        if layout not in LAYOUTS:
-            raise EagleLoadError(f"unknown EAGLE layout {layout!r}: use one of {LAYOUTS}")
-        config._attn_implementation = "sdpa"
-        self.config = config
-        self.layout = layout
-        self.feature_layers = tuple(feature_layers)
-        hidden = config.hidden_size
-        target_hidden = target_hidden_size or hidden
-        self.target_hidden_size = target_hidden
-        self.fc = nn.Linear(
-            (hidden + target_hidden) if layout == "eagle" else len(self.feature_layers) * target_hidden,
-            hidden, bias=fc_bias,
-        )
-        self.self_attn = LlamaAttention(config, layer_idx=0)
-        if layout == "eagle3":  # attention reads [norm(embedding), norm(hidden)]
-            heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-            head_dim = getattr(config, "head_dim", None) or hidden // heads
-            bias = config.attention_bias
-            self.self_attn.q_proj = nn.Linear(2 * hidden, heads * head_dim, bias=bias)
-            self.self_attn.k_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=bias)
-            self.self_attn.v_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=bias)
-            self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-            self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-            self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-        self.mlp = LlamaMLP(config)
-        self.rotary_emb = LlamaRotaryEmbedding(config)
-        vocab = config.vocab_size if draft_to_target is None else len(draft_to_target)
-        if layout == "eagle3":
-            self.lm_head = nn.Linear(hidden, vocab, bias=False)
-        self.register_buffer("draft_to_target", None if draft_to_target is None else draft_to_target.long())
-
-    @property
-    def draft_vocab_size(self) -> int:
-        return self.config.vocab_size if self.draft_to_target is None else len(self.draft_to_target)
-
-    def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """The head's input state from target features [n, F] ("eagle" keeps them: fc takes the
-        embedding too, in `forward`)."""
-        return features if self.layout == "eagle" else self.fc(features)
-
-    def forward(
-        self,
-        states: torch.Tensor,
-        embeddings: torch.Tensor,
-        positions: torch.Tensor,
-        cache: SkipAwareCache | None = None,
-        mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Predicted features [batch, n, h] of the tokens after the inputs.
-
-        states: [batch, n, h] the features of the input tokens (`fuse`d target features, or the
-        head's own predictions); embeddings: [batch, n, h] those of the next tokens; positions:
-        [batch, n]; mask: bool [batch, 1, n, keys] (None: causal within the chunk after the cache)."""
-        if self.layout == "eagle":
-            residual = x = self.fc(torch.cat([embeddings, states], dim=-1))
-        else:
-            residual = states
-            x = torch.cat([self.input_layernorm(embeddings), self.hidden_norm(states)], dim=-1)
-        if mask is None and x.shape[1] > 1:
-            past = 0 if cache is None else cache.get_seq_length()
-            keys = torch.arange(past + x.shape[1], device=x.device)
-            mask = (keys[None, :] <= (past + torch.arange(x.shape[1], device=x.device))[:, None])[None, None]
-        attention, _ = self.self_attn(x, position_embeddings=self.rotary_emb(x, positions), attention_mask=mask,
-                                      cache=cache)
-        hidden = residual + attention
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
-
-    def head_weight(self, target_head: torch.Tensor) -> torch.Tensor | None:
-        """The LM head rows "eagle" drafts with: the target's, trimmed to the draft vocabulary
-        (None for "eagle3", which has its own head)."""
-        if self.layout == "eagle3":
-            return None
-        return target_head if self.draft_to_target is None else target_head[self.draft_to_target].contiguous()
-
-    def logits(self, hidden: torch.Tensor, head_weight: torch.Tensor | None) -> torch.Tensor:
-        """Float logits over the draft vocabulary from predicted features [..., h] (`head_weight`:
-        from `head_weight`, or rows of an EAGLE-3 head's own LM head)."""
-        if self.layout == "eagle3":  # its own head, or rows of it (a vocabulary trimmed after training)
-            return nn.functional.linear(self.norm(hidden), self.lm_head.weight if head_weight is None else head_weight).float()
-        return nn.functional.linear(hidden, head_weight).float()
-
-    def save(self, directory: str | Path) -> None:
-        """Safetensors weights and a config.json in the EAGLE layout's key names (`load_eagle_head`
-        reads them back; d2t/t2d as EAGLE-3 stores its draft vocabulary)."""
-        from safetensors.torch import save_file  # noqa: PLC0415
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        state = {name: tensor.detach().contiguous() for name, tensor in _to_checkpoint_keys(self).items()}
-        partial = directory / "model.safetensors.partial"  # config.json, written last, marks a whole checkpoint
-        save_file(state, str(partial))
-        partial.replace(directory / "model.safetensors")
-        config = self.config.to_dict()
-        config.update(
-            eagle_layout=self.layout, bias=self.fc.bias is not None, draft_vocab_size=self.draft_vocab_size,
-            target_hidden_size=self.target_hidden_size,
-            eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.feature_layers)},
-        )
-        atomic_write_text(directory / "config.json", json.dumps(config, indent=2, default=str))
-
-
-def official_eagle3_config(directory: str | Path) -> dict:
-    """The config.json official EAGLE-3 checkpoints carry (LlamaForCausalLMEagle3, draft_vocab_size,
-    the fused layers under eagle_config) for a head this package saved; ValueError unless the folder
-    holds an EAGLE-3 head in safetensors."""
-    directory = Path(directory)
-    if not (directory / "config.json").is_file() or not (directory / "model.safetensors").is_file():
-        raise ValueError("no EAGLE checkpoint (config.json and model.safetensors) in this folder")
-    config = json.loads((directory / "config.json").read_text())
-    if config.get("eagle_layout") != "eagle3":
-        raise ValueError("an EAGLE-1-layout head: train one with `specsparse train-drafter --arch eagle3`")
-    for key in ("eagle_layout", "bias", "_name_or_path"):
-        config.pop(key, None)
-    config.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
-                  tie_word_embeddings=False)
-    return config
-
-
-def _prefix(layout: str) -> str:
-    return "layers.0." if layout == "eagle" else "midlayer."
-
-
-def _to_checkpoint_keys(head: EagleHead) -> dict[str, torch.Tensor]:
-    """The head's tensors under the official checkpoint names of its layout."""
-    layer = _prefix(head.layout)
-    state: dict[str, torch.Tensor] = {}
-    for name, tensor in head.state_dict().items():
-        if name.startswith("rotary_emb.") or name == "draft_to_target":
-            continue
-        if name.startswith(("self_attn.", "mlp.", "post_attention_layernorm.", "input_layernorm.", "hidden_norm.")):
-            state[layer + name] = tensor
-        else:
-            state[name] = tensor
-    if head.draft_to_target is not None:
-        draft = head.draft_to_target
-        state["d2t"] = draft - torch.arange(len(draft))
-        t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
-        t2d[draft] = True
-        state["t2d"] = t2d
-    return state
-
-
-def _read_state(directory: Path) -> dict[str, torch.Tensor]:
-    for name in WEIGHT_FILES:
-        path = directory / name
-        if path.is_file():
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file  # noqa: PLC0415
-
-                return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
-    raise EagleLoadError(f"no EAGLE weights in {directory}: expected one of {WEIGHT_FILES}")
-
-
-def own_vocabulary(source: str) -> str | None:
-    """Why the local checkpoint at `source` drafts from a trimmed vocabulary of its own (a head trained
-    trimmed, as official EAGLE-3 heads are), so that a searched one cannot replace it; None when it
-    can (a full-vocabulary head of either layout), or when there is no local checkpoint yet. Reads
-    tensor names only."""
-    directory = Path(source).expanduser()
-    weights = next((directory / n for n in WEIGHT_FILES if (directory / n).is_file()), None)
-    if weights is None:
-        return None
-    if weights.suffix == ".safetensors":
-        from safetensors import safe_open  # noqa: PLC0415
-
-        with safe_open(str(weights), "pt") as file:
-            keys = set(file.keys())
-    else:
-        keys = set(torch.load(weights, map_location="cpu", weights_only=True))
-    if any(k.removeprefix("model.") == "d2t" for k in keys):
-        return f"{source} was trained with a trimmed vocabulary of its own (d2t)"
-    return None
-
-
-def _resolve(source: str) -> Path:
-    """A local directory, or a Hub id from the local Hub cache (or the Hub, when online)."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists() or source.count("/") != 1:
-        raise EagleLoadError(f"EAGLE checkpoint {source!r} is not a directory: give drafter.path=<directory or Hub id>")
-    from huggingface_hub import snapshot_download  # noqa: PLC0415
-
-    try:
-        return Path(snapshot_download(source, allow_patterns=["*.json", *WEIGHT_FILES]))
-    except Exception as err:  # any Hub failure means "not available here"
-        raise EagleLoadError(
-            f"cannot fetch EAGLE checkpoint {source!r} ({str(err).splitlines()[0]}): download it into a local "
-            "directory, or set HF_HUB_OFFLINE=0 where the Hub is reachable"
-        ) from err
-
-
-def load_eagle_head(source: str, target_config, num_target_layers: int) -> EagleHead:
-    """Load an EAGLE (v1/v2) or EAGLE-3 head from a directory or Hub id for a target with this config.
-
-    The layout comes from the weights (`midlayer.*` is EAGLE-3). EAGLE-3's fused layers come from
-    config.json's eagle_config.eagle_aux_hidden_state_layer_ids, else the EAGLE-3 default."""
-    directory = _resolve(source)
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise EagleLoadError(f"no config.json in EAGLE checkpoint {directory}")
-    raw = json.loads(config_path.read_text())
-    state = {key.removeprefix("model."): tensor for key, tensor in _read_state(directory).items()}
-    layout = raw.get("eagle_layout") or ("eagle3" if any(k.startswith("midlayer.") for k in state) else "eagle")
-    layers = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if layout == "eagle":
-        feature_layers = (FINAL_HIDDEN,)
-    else:
-        feature_layers = tuple(layers) if layers else eagle3_feature_layers(num_target_layers)
-    bad = [i for i in feature_layers if i != FINAL_HIDDEN and not 0 <= i < num_target_layers]
-    if bad:
-        raise EagleLoadError(f"EAGLE checkpoint reads target layers {bad}, but the target has {num_target_layers}")
-    known = {k: v for k, v in raw.items() if k not in ("eagle_layout", "eagle_config", "bias", "architectures")}
-    config = LlamaConfig(**{**known, "num_hidden_layers": 1})
-    if config.vocab_size != target_config.vocab_size:
-        raise EagleLoadError(
-            f"EAGLE checkpoint is for a {config.vocab_size}-token vocabulary, the target has "
-            f"{target_config.vocab_size}: use a head trained for this target"
-        )
-    d2t = state.pop("d2t", None)
-    state.pop("t2d", None)
-    draft_to_target = None if d2t is None else d2t.long() + torch.arange(len(d2t))
-    target_hidden = raw.get("target_hidden_size") or target_config.hidden_size
-    if target_hidden != target_config.hidden_size:
-        raise EagleLoadError(
-            f"EAGLE checkpoint reads {target_hidden}-wide target features, the target's are "
-            f"{target_config.hidden_size}: use a head trained for this target"
-        )
-    head = EagleHead(config, layout, feature_layers, target_hidden, fc_bias="fc.bias" in state,
-                     draft_to_target=draft_to_target)
-    prefix = _prefix(layout)
-    renamed = {key.removeprefix(prefix): tensor for key, tensor in state.items()
-               if (key.startswith(prefix) or not key.startswith(("layers.", "midlayer."))) and "rotary_emb" not in key}
-    unused = ["embed_tokens.weight"]  # the target's embedding is used (EAGLE freezes it)
-    if layout == "eagle":  # EAGLE-1's first layer runs without its input norm; the target's head is used
-        unused += ["input_layernorm.weight", "norm.weight", "lm_head.weight"]
-    for key in unused:
-        renamed.pop(key, None)
-    expected = {k for k in head.state_dict() if not k.startswith("rotary_emb.") and k != "draft_to_target"}
-    missing, unexpected = expected - set(renamed), set(renamed) - expected
-    if missing or unexpected:
-        raise EagleLoadError(
-            f"EAGLE checkpoint {directory} does not fit the {layout!r} layout: missing {sorted(missing)[:4]}, "
-            f"unexpected {sorted(unexpected)[:4]}"
-        )
-    for key, tensor in renamed.items():
-        if head.state_dict()[key].shape != tensor.shape:
-            raise EagleLoadError(
-                f"EAGLE checkpoint tensor {key} has shape {tuple(tensor.shape)}, expected "
-                f"{tuple(head.state_dict()[key].shape)}: is it for this target?"
-            )
-    head.load_state_dict(renamed, strict=False)
-    return head.eval()
+from specsparse.decoding.skipping import SkipAwareCache
+from specsparse.drafters.eagle_checkpoint import load_eagle_head
+from specsparse.drafters.eagle_head import EagleHead
+from specsparse.drafters.eagle_recipe import recipe_from_options
+from specsparse.drafters.eagle_training import trained_head
+from specsparse.util import checkpoint_sha256
 
 
 def _cached_head(source: str, model: PreTrainedModel) -> EagleHead:
@@ -386,8 +95,6 @@ class EagleDrafter(Drafter):
             raise ValueError("drafter=eagle needs drafter.path=<EAGLE checkpoint directory or Hub id> "
                              "(`specsparse train-drafter` makes one)")
         if train is not None:
-            from specsparse.drafters.eagle_training import recipe_from_options, trained_head  # noqa: PLC0415
-
             path = str(trained_head(target, path, recipe_from_options(train)))
         model = target.model
         drafter = cls(head=_cached_head(str(path), model), target=model, tree=tree, vocab_ids=vocab_ids,
@@ -399,8 +106,6 @@ class EagleDrafter(Drafter):
     def check_options(cls, path: str = "", tree: Sequence[int] | None = None,
                       tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> None:
         if train is not None:
-            from specsparse.drafters.eagle_training import recipe_from_options  # noqa: PLC0415
-
             recipe_from_options(train)
 
     @property

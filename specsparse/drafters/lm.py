@@ -17,8 +17,9 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.batched_session import BatchedSession
 from specsparse.decoding.drafter import Drafter, Proposal
-from specsparse.decoding.session import BatchedSession, ModelSession
+from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import decoder_layers
 
 

@@ -1,0 +1,119 @@
+"""What decides a trained EAGLE head (`TrainingRecipe`), checked before any work: a job's
+`drafter.train` options and `specsparse train-drafter`'s flags both become one (training: eagle_training.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsparse.data import DOMAINS, load_examples
+from specsparse.data.split import split_examples
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """Everything that decides the trained head (a resumed run must match it)."""
+
+    prompts: str = "builtin"  # builtin (the built-in calibration splits) or a JSONL of prompts
+    # builtin: the calibration split of each built-in set as a job with these domain options splits it
+    # (domain.limit, calibration_fraction, split_seed), so none of that job's test prompts is trained on.
+    domains: tuple[str, ...] | None = None  # builtin: these sets only (None: all; the head is in domain there)
+    limit: int | None = None
+    calibration_fraction: float = 0.2
+    split_seed: int = 0
+    max_new_tokens: int = 128
+    sampled_replies: int = 0  # more replies per prompt, sampled (HF generate) at `temperature`: more, varied data
+    temperature: float = 0.8
+    epochs: int = 10
+    learning_rate: float = 1e-3
+    batch_size: int = 8  # sequences per optimiser step
+    max_length: int = 512  # tokens per training sequence (longer ones are cut)
+    vocab_size: int | None = None  # trimmed draft vocabulary: the k most frequent tokens of the data
+    vocab_file: str | None = None  # or the ids in a JSON list (e.g. a TPE search's pick)
+    feature_noise: float = 0.2
+    token_loss_weight: float = 0.1  # EAGLE-1's weight of the cross-entropy against the feature loss
+    target_top_k: int = 32  # the target distribution's top-k the cross-entropy uses (EAGLE: all of it)
+    prompt_loss_weight: float = 0.0  # EAGLE trains on the assistant's replies only
+    arch: str = "eagle"  # eagle: the EAGLE-1 layout; eagle3: EAGLE-3 (fused features, own head, training-time test)
+    ttt_steps: int = 3  # eagle3: steps of training-time test, the head fed its own outputs (EAGLE-3: 7)
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.max_length < 8:
+            raise ValueError("epochs, batch size and max new tokens must be >= 1 and max length >= 8")
+        if self.target_top_k < 1:
+            raise ValueError(f"target top-k must be >= 1, got {self.target_top_k}")
+        if self.arch not in ("eagle", "eagle3"):
+            raise ValueError(f"arch {self.arch!r}: use eagle (EAGLE-1 layout) or eagle3")
+        if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
+            raise ValueError(f"ttt steps must be an integer >= 1, got {self.ttt_steps!r}")
+        if self.sampled_replies < 0 or (self.sampled_replies and not self.temperature > 0):
+            raise ValueError("sampled replies must be >= 0, with a positive temperature")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning rate must be positive, got {self.learning_rate}")
+        if self.vocab_size is not None and self.vocab_file is not None:
+            raise ValueError("give --vocab-size or --vocab-file, not both")
+        if self.vocab_size is not None and self.vocab_size < 2:
+            raise ValueError(f"--vocab-size {self.vocab_size}: keep at least 2 tokens")
+        if self.limit is not None and self.limit < 2 or not 0 < self.calibration_fraction < 1:
+            raise ValueError("limit must be >= 2 (or None) and calibration fraction in (0, 1), as domain options")
+        if not (math.isfinite(self.temperature) and math.isfinite(self.learning_rate)):
+            raise ValueError("temperature and learning rate must be finite numbers")
+        if self.vocab_file is not None:
+            read_vocab_file(self.vocab_file)
+        if self.prompts != "builtin" and not Path(self.prompts).is_file():
+            raise ValueError(f"prompts {self.prompts}: no such file (give builtin or a .jsonl of prompts)")
+        unknown = sorted(set(self.domains or ()) - set(DOMAINS))
+        if unknown or (self.domains is not None and not self.domains):
+            raise ValueError(f"domains {unknown or '[]'}: give built-in sets among {', '.join(DOMAINS)} (or null for all)")
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """The draft vocabulary against the target's, once it is known (before any reply is generated)."""
+        if self.vocab_size is not None and self.vocab_size > vocab_size:
+            raise ValueError(f"--vocab-size {self.vocab_size} is larger than the target's vocabulary ({vocab_size}); "
+                             f"give at most {vocab_size}")
+        if self.vocab_file is not None and max(read_vocab_file(self.vocab_file)) >= vocab_size:
+            raise ValueError(f"--vocab-file {self.vocab_file}: token ids must be within 0..{vocab_size - 1} "
+                             "(a vocabulary of another tokenizer?)")
+
+
+def read_vocab_file(path: str | Path) -> list[int]:
+    """The ascending token ids of a JSON list (a trimmed draft vocabulary), or one ValueError naming the file."""
+    try:
+        ids = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--vocab-file {path}: not a readable JSON list of token ids ({err})") from None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                      for i in ids):
+        raise ValueError(f"--vocab-file {path}: expected a non-empty JSON list of token ids (integers >= 0)")
+    return sorted(set(ids))
+
+
+def builtin_calibration(recipe: TrainingRecipe) -> dict[str, list]:
+    """Per built-in set, its calibration split as a job with the recipe's domain options has it (the
+    examples `DomainSpec(name, limit=..., calibration_fraction=..., split_seed=...).load("calibration")`
+    gives): a job's test prompts are never among them."""
+    return {name: split_examples(load_examples(name, "builtin", limit=recipe.limit), recipe.calibration_fraction,
+                                 recipe.split_seed)[0] for name in recipe.domains or DOMAINS}
+
+
+def recipe_from_options(options: dict) -> TrainingRecipe:
+    """A `TrainingRecipe` from config options (`drafter.train`), or one ValueError naming the option."""
+    if not isinstance(options, dict):
+        raise ValueError(f"drafter.train={options!r}: give TrainingRecipe fields, e.g. {{epochs: 4}}")
+    fields = set(TrainingRecipe.__dataclass_fields__)
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ValueError(f"drafter.train has no option(s) {unknown} (accepted: {', '.join(sorted(fields))})")
+    domains = options.get("domains")
+    recipe = TrainingRecipe(**{**options, "domains": None if domains is None else tuple(domains)})
+    recipe.check()
+    return recipe
+
+
+def training_domains(recipe: TrainingRecipe) -> list[str] | None:
+    """The built-in sets a head's training replies come from (None: a prompt file's, unknown)."""
+    return list(recipe.domains or DOMAINS) if recipe.prompts == "builtin" else None

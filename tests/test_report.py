@@ -16,19 +16,10 @@ from specsparse.cli import main
 from specsparse.config_map import load_config_map
 from specsparse.jobs.outputs import upgrade_summary
 from specsparse.reporting.ablation import single_layer_ablation
-from specsparse.reporting.report import (
-    JobRecord,
-    build_report,
-    find_jobs,
-    format_cell,
-    merged_config_map,
-    routing_table,
-    slim_table1,
-    table1,
-    table2,
-    to_latex,
-    to_markdown,
-)
+from specsparse.reporting.formatting import format_cell, slim_table1, to_latex, to_markdown
+from specsparse.reporting.records import JobRecord
+from specsparse.reporting.report import build_report, find_jobs
+from specsparse.reporting.tables import merged_config_map, routing_table, table1, table2
 from specsparse.reporting.wandb_report import to_wandb_report
 from specsparse.serving.router import map_routing_prompts
 

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from specsparse.jobs.config import build_plan
 from specsparse.jobs.job import run_plan
-from specsparse.reporting.report import JobRecord
+from specsparse.reporting.records import JobRecord
 from specsparse.reporting.wandb_logger import WandbLogger, artifact_name, has_api_key, run_identity
 from specsparse.reporting.wandb_report import job_group, report_definition, runset_filters, to_wandb_report
 

@@ -237,7 +237,7 @@ class WandbLogger:
         wandb = import_wandb()
 
         from specsparse.reporting.figures import plot_pareto  # noqa: PLC0415
-        from specsparse.reporting.report import read_measurements  # noqa: PLC0415
+        from specsparse.reporting.records import read_measurements  # noqa: PLC0415
 
         out = Path(job.output_dir)
         summary = job.summary()

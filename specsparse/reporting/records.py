@@ -1,0 +1,96 @@
+"""The finished jobs a report is built from: one `JobRecord` per job (its summary.json, reproduce.json and
+folder), the latest job per key, and a job's measurements.csv. Finding the jobs (in folders or W&B runs)
+is `specsparse.reporting.report`'s; the W&B logger reads measurements.csv here too."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specsparse.config_map import load_config_map
+
+
+class ReportError(ValueError):
+    """Nothing to report from, or inputs that do not fit together (one-line message)."""
+
+
+@dataclass
+class JobRecord:
+    """One finished job: its summary.json, and reproduce.json / config map when there is a folder."""
+
+    summary: dict[str, Any]
+    directory: Path | None = None
+    reproduce: dict[str, Any] = field(default_factory=dict)
+    source: str = "outputs"
+
+    @property
+    def domain(self) -> str:
+        return self.summary["domain"]
+
+    @property
+    def strategy(self) -> str:
+        return self.summary["strategy"]
+
+    @property
+    def model(self) -> str:
+        model = self.reproduce.get("model")
+        if isinstance(model, dict):
+            return str(model.get("name") or model.get("source"))
+        return str(model or self.summary.get("model") or "model")
+
+    @property
+    def drafter(self) -> str | None:
+        return self.reproduce.get("drafter") or self.summary.get("drafter")
+
+    @property
+    def num_layers(self) -> int | None:
+        n = self.reproduce.get("num_layers") or self.summary.get("num_layers")
+        if n is None and isinstance(self.reproduce.get("model"), dict):
+            n = self.reproduce["model"].get("num_layers")
+        if n is None and self.directory is not None and (self.directory / "config_map.yaml").is_file():
+            n = load_config_map(self.directory / "config_map.yaml").num_layers
+        return n
+
+    @property
+    def order(self) -> str:
+        """Sorts jobs by time (latest last)."""
+        finished = self.reproduce.get("finished") or self.summary.get("finished") or ""
+        if not finished and self.directory is not None:
+            finished = str((self.directory / "summary.json").stat().st_mtime)
+        return str(finished)
+
+
+def read_measurements(path: str | os.PathLike) -> pd.DataFrame | None:
+    """A job's measurements.csv as a DataFrame (metric NaN where undefined), or None if missing."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    for column in ("early_stopped", "feasible", "pareto", "selected"):
+        if column in frame:
+            frame[column] = frame[column].astype(str).str.lower().eq("true")
+    return frame
+
+
+def latest(records: Iterable[JobRecord], *keys: str) -> dict[tuple, JobRecord]:
+    """The latest record per key tuple (attribute names of JobRecord)."""
+    chosen: dict[tuple, JobRecord] = {}
+    for record in sorted(records, key=lambda r: r.order):
+        chosen[tuple(getattr(record, k) for k in keys)] = record
+    return chosen
+
+
+def tss_jobs(
+    records: Sequence[JobRecord], strategy: str = "bfs", keys: tuple[str, ...] = ("model", "domain")
+) -> dict[tuple, JobRecord]:
+    """Latest job per `keys` (JobRecord attributes) of `strategy`; keys with none fall back to their
+    latest job (Table 1's strategy column says which)."""
+    picked = latest([r for r in records if r.strategy == strategy], *keys)
+    for key, record in latest(records, *keys).items():
+        picked.setdefault(key, record)
+    return dict(sorted(picked.items(), key=lambda item: tuple(str(k) for k in item[0])))

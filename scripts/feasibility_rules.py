@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specsparse.search import BFSSearch
+from specsparse.search import BFSSearch, TSSRule
 from specsparse.study.driver import run_search
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
@@ -45,7 +45,7 @@ def replay(measured: dict[Candidate, Measurement], num_layers: int, options: dic
             out.append(m)
         return out
 
-    search = BFSSearch(num_layers, **{**options, "feasibility": rule})
+    search = BFSSearch(num_layers, TSSRule(**options, feasibility=rule, guard="task"))
     return run_search(search, evaluate, progress=False).selected, missing
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +23,11 @@ class GenerationConfig:
     verifying more tokens, `verify_cost_per_token` of a one-token forward per extra token
     (`engine.AdaptiveDraftLength`). Output is the same either way; accept lengths are not.
     `temperature == 0` is greedy (lossless) verification; > 0 uses speculative rejection sampling.
+    Its defaults are every entry point's (run.py's conf/config.yaml restates them), and its checks are
+    the one check of these values, wherever they come from (config, command line, API request).
     """
 
-    max_new_tokens: int = 64
+    max_new_tokens: int = 128
     num_draft_tokens: int = 5
     temperature: float = 0.0
     seed: int = 0
@@ -142,25 +145,39 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Component:
-    """A configurable part of a job (drafter, search strategy, runner, logger): a class by public
-    dotpath (the config's `_target_`) and its options. Drafters are built with `cls.from_target`,
-    strategies with `cls.from_evaluator`, runners and loggers with `build`."""
+    """A configurable part of a job or of serving (drafter, search strategy, runner, logger): a class by
+    public dotpath (`class_path`, the config's `_target_`) and its options. `build` is the one way to
+    make one, for jobs and serving alike."""
 
-    target: str
+    class_path: str
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cls(self) -> Any:
-        return locate(self.target)
+        return locate(self.class_path)
 
     @property
     def name(self) -> str:
         """The class's short name (`name` attribute, e.g. "bfs"), else the class name."""
-        return getattr(self.cls, "name", None) or self.target.rsplit(".", 1)[-1]
+        return getattr(self.cls, "name", None) or self.class_path.rsplit(".", 1)[-1]
 
     def build(self, **context: Any) -> Any:
-        """An instance from the options; `context` values (e.g. the job's output_dir) go to
-        constructors that take them and that the options do not set."""
-        params = inspect.signature(self.cls.__init__).parameters
-        extra = {k: v for k, v in context.items() if k in params and k not in self.options}
-        return self.cls(**self.options, **extra)
+        """An instance from the options and `context`, the objects the caller holds besides the config.
+        Drafters and search strategies derive constructor arguments from theirs, so their class method
+        receives it: `from_target` a drafter's (`target`, `vocab_ids` and its `job_context`),
+        `from_evaluator` a strategy's (`evaluator`, the calibration split). Other classes (runners,
+        loggers) are constructed, with the `context` values their constructor names and the options
+        leave unset (a runner's `output_dir`)."""
+        cls = self.cls
+        for method in ("from_target", "from_evaluator"):
+            if hasattr(cls, method):
+                return getattr(cls, method)(**context, **self.options)
+        params = inspect.signature(cls).parameters
+        return cls(**self.options, **{k: v for k, v in context.items() if k in params and k not in self.options})
+
+
+def recorded_class_path(record: Mapping[str, Any], prefix: str = "") -> str | None:
+    """The class dotpath of a component as a record holds it: `asdict` (reproduce.json, store metadata)
+    or a store row's flattened `<prefix>class_path`. Records written before the field was named so call
+    it `target`."""
+    return record.get(f"{prefix}class_path", record.get(f"{prefix}target"))

@@ -54,8 +54,8 @@ def test_default_is_the_quickstart(tmp_path):
     assert (plan.model.source, plan.model.dtype, plan.model.device) == ("smollm2-135m", "float32", "cpu")
     assert plan.evaluation.domain.name == "qa" and plan.evaluation.domain.limit == 100
     assert plan.evaluation.generation.max_new_tokens == 16 and plan.timing_prompts == 12
-    assert plan.search.target == "specsparse.search.bfs.BFSSearch"
-    assert plan.search.options["max_depth"] == 2 and plan.search.options["max_pool"] == 4
+    assert plan.search.class_path == "specsparse.search.bfs.BFSSearch"
+    assert plan.search.options["rule"].max_depth == 2 and plan.search.options["rule"].max_pool == 4
     assert plan.store_path == tmp_path / "outputs" / "store.sqlite"
     assert plan.output_dir.is_absolute()
     assert plan.data["n_calibration"] >= 20 and plan.data["n_test"] >= 4 * plan.data["n_calibration"] - 4
@@ -75,10 +75,10 @@ def _companions(group: str, option: str) -> list[str]:
 def test_every_group_option_validates(group, option, tmp_path, tiny):
     overrides = [f"{group}={option}", "model=tiny" if group != "model" else "", *_companions(group, option)]
     if (group, option) == ("drafter", "eagle"):  # a checkpoint for the tiny model
-        from specsparse.drafters.eagle import EagleHead
-        from specsparse.drafters.eagle_training import head_config
+        from specsparse.drafters.eagle_checkpoint import save_eagle_head
+        from specsparse.drafters.eagle_head import EagleHead, head_config
 
-        EagleHead(head_config(tiny.model.config)).save(tmp_path / "eagle")
+        save_eagle_head(EagleHead(head_config(tiny.model.config)), tmp_path / "eagle")
         overrides.append(f"drafter.path={tmp_path / 'eagle'}")
     plan = plan_for([o for o in overrides if o], tmp_path)
     if group == "model":
@@ -86,7 +86,7 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "drafter":
         cls = plan.evaluation.drafter.cls
         assert issubclass(cls, Drafter)
-        drafter = cls.from_target(tiny, **plan.evaluation.drafter.options)  # instantiated for real on the tiny model
+        drafter = plan.evaluation.drafter.build(target=tiny)  # instantiated for real on the tiny model
         assert isinstance(drafter, cls)
     elif group == "domain":
         assert plan.evaluation.domain.name == option
@@ -94,14 +94,14 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "search":
         cls = plan.search.cls
         assert issubclass(cls, (LayerSkipSearch, TPEVocabSearch))
-        strategy = cls.from_evaluator(evaluator_for(plan.evaluation), **plan.search.options)  # built as a job builds it
+        strategy = plan.search.build(evaluator=evaluator_for(plan.evaluation))  # built as a job builds it
         assert Candidate() in strategy.ask()  # proposes the dense baseline first
     elif group == "runner":
         assert hasattr(plan.runner.cls, "evaluate_batch")
         if option == "local":
             runner = plan.runner.build()
             assert isinstance(runner, LocalRunner)
-            [dense] = runner.evaluate_batch(plan.evaluation, [Candidate()])
+            [dense] = runner.evaluate_batch(evaluator_for(plan.evaluation), [Candidate()])
             assert dense.new_tokens > 0 and len(dense.per_prompt) == plan.data["n_calibration"]
     elif group == "logger":
         if option == "none":
@@ -168,12 +168,12 @@ def test_preset_sweeps_and_any_search_combine(tmp_path):
     # Presets set shared settings (tss.*), so every layer-skip search works with every preset.
     for search in ("bfs", "greedy", "random", "accept_only", "metric_only"):
         plan = plan_for([f"search={search}", "experiment=strategy_comparison", "model=tiny"], tmp_path)
-        assert plan.search.options.get("max_depth", "not capped") == (3 if search != "greedy" else "not capped")
+        assert plan.search.options["rule"].max_depth == 3
 
 
 def test_command_line_group_choice_beats_the_preset(tmp_path):
     plan = plan_for(["experiment=tss_main", "search=greedy", "model=tiny"], tmp_path)
-    assert plan.search.target.endswith("GreedySearch")
+    assert plan.search.class_path.endswith("GreedySearch")
 
 
 def test_relative_paths_resolve_against_the_launch_directory(tmp_path, shared_data):
@@ -196,7 +196,7 @@ def test_library_never_imports_hydra():
 BAD = [
     (["drafter=self_skip", "drafter.skip_layers=[99]"], "drafter.skip_layers"),
     (["drafter=self_skip", "drafter.skip_layers=[0,1,2,3]"], "drafter.skip_layers"),
-    (["search.protect_layers=[4]"], "search.protect_layers"),
+    (["tss.protect_layers=[4]"], "tss.protect_layers"),
     (["domain.name=poetry"], "domain.name"),
     (["domain.source=nowhere"], "domain.source"),
     (["domain.source=gsm8k", "domain=math", "domain.path=/no/such/file.jsonl"], "domain.path"),

@@ -1,20 +1,34 @@
 """The papers' CPU twins end to end on the embedded SmolLM2-135M (slow): each preset's sweep at a
-few prompts, then the report built from it. The full-size twins are the presets themselves."""
+few prompts, then the report built from it. The full-size twins are the presets themselves. And the
+defaults every preset starts from: conf/config.yaml restates the code's, which must agree."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from specsparse.reporting.report import build_report, find_jobs
+from specsparse.search.rule import TSSRule
+from specsparse.types import GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["logger=none", "progress=false", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=2"]
+
+
+def test_the_config_restates_the_code_defaults():
+    """conf/config.yaml restates TSSRule's and GenerationConfig's defaults only so that they can be
+    overridden on the command line: each must be the code's own."""
+    config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    assert {**config["tss"], "protect_layers": tuple(config["tss"]["protect_layers"])} == asdict(TSSRule())
+    assert config["generation"]["seed"] == "${seed}" and config["seed"] == GenerationConfig.seed
+    assert {**config["generation"], "seed": config["seed"]} == asdict(GenerationConfig())
 
 
 def sweep(tmp_path: Path, *overrides: str) -> Path:

@@ -26,6 +26,7 @@ from specsparse.search import (
     SearchStrategy,
     Selection,
     TPEVocabSearch,
+    TSSRule,
     is_feasible,
     pareto_front,
 )
@@ -95,19 +96,25 @@ def tpe_factory(seed=0):
     )
 
 
+def papers(**settings) -> TSSRule:
+    """The papers' rule (point estimates, the task metric as the quality check) with `settings`: the
+    synthetic measurements here carry no per-prompt results to bound intervals or compare replies."""
+    return TSSRule(**{"feasibility": "point", "guard": "task", **settings})
+
+
 LAYER_STRATEGIES = {
-    "bfs": lambda L, seed=0: BFSSearch(L, max_depth=3),
-    "greedy": lambda L, seed=0: GreedySearch(L, max_deletions=3),
-    "random": lambda L, seed=0: RandomSearch(L, max_depth=3, seed=seed),
-    "accept_only": lambda L, seed=0: AcceptOnlySearch(L, max_depth=3),
-    "metric_only": lambda L, seed=0: MetricOnlySearch(L, max_depth=3),
+    "bfs": lambda L, seed=0: BFSSearch(L, papers(max_depth=3)),
+    "greedy": lambda L, seed=0: GreedySearch(L, papers(), max_deletions=3),
+    "random": lambda L, seed=0: RandomSearch(L, papers(max_depth=3), seed=seed),
+    "accept_only": lambda L, seed=0: AcceptOnlySearch(L, papers(max_depth=3)),
+    "metric_only": lambda L, seed=0: MetricOnlySearch(L, papers(max_depth=3)),
 }
 def joint_factory(num_layers: int, seed: int = 0):
     from specsparse.search.joint_vocab import JointVocabSearch
 
     return JointVocabSearch(num_layers, vocab_size=64, coverage=lambda k: min(1.0, k / 32),
                             latency_reduction=lambda k: 1 - k / 64, draft_share=lambda skip: 0.5, n_trials=12,
-                            seed=seed, max_depth=2, max_rounds=2)
+                            seed=seed, max_rounds=2, rule=papers(max_depth=2))
 
 
 ALL_STRATEGIES = {**LAYER_STRATEGIES, "tpe_vocab": lambda L, seed=0: tpe_factory(seed), "joint_vocab": joint_factory}
@@ -251,7 +258,7 @@ def test_contract_metric_none_uses_acceptance_only(name):
         assert any("accept length used instead" in n for n in result.notes)
         assert result.selected.skip_layers
     elif name == "random":  # unconstrained, at the depth of the TSS pick
-        bfs = run(BFSSearch(10, max_depth=3), fn)
+        bfs = run(BFSSearch(10, papers(max_depth=3)), fn)
         assert len(result.selected.skip_layers) == len(bfs.selected.skip_layers) > 0
     else:
         assert result.selected.skip_layers  # acceptance alone still allows skipping
@@ -262,8 +269,8 @@ def test_contract_metric_none_uses_acceptance_only(name):
 def test_bfs_finds_joint_optimum_that_greedy_misses():
     """TRAP's metric never moves, so every deletion ties and GM-Skip, guided by the metric alone, deletes
     the last layers first up to its cap, and acceptance falls; BFS finds the joint optimum."""
-    bfs = run(BFSSearch(10, max_depth=4), TRAP)
-    greedy_strategy = GreedySearch(10, max_deletions=4)
+    bfs = run(BFSSearch(10, papers(max_depth=4)), TRAP)
+    greedy_strategy = GreedySearch(10, papers(), max_deletions=4)
     greedy = run(greedy_strategy, TRAP)
     assert bfs.selected == TRAP_OPTIMUM
     assert bfs.selected_measurement.modeled_cost == pytest.approx(0.80)
@@ -278,8 +285,8 @@ def test_random_draws_at_the_depth_of_the_tss_selection():
     """TRAP: TSS selects (3, 7), so random draws sets of 2 layers; the BFS it runs first is TSS's own
     (same measurements); the pick is the best draw, and the mean and range over every draw are kept."""
     bfs_calls, random_calls = Counted(TRAP), Counted(TRAP)
-    run(BFSSearch(10, max_depth=3), bfs_calls)
-    strategy = RandomSearch(10, max_depth=3, draws=4, seed=1)
+    run(BFSSearch(10, papers(max_depth=3)), bfs_calls)
+    strategy = RandomSearch(10, papers(max_depth=3), draws=4, seed=1)
     result = run(strategy, random_calls)
     assert random_calls.calls[: len(bfs_calls.calls)] == bfs_calls.calls
     draws = [c.skip_layers for c in strategy.drawn]
@@ -302,7 +309,7 @@ def test_random_draws_at_the_depth_of_the_tss_selection():
 def test_random_picks_the_cheapest_feasible_draw(seed):
     """Draws of TWO at depth 1: layer 4 is the only single skip within both tolerances; whenever it is
     drawn it is the pick, otherwise the pick is the draw retaining the most quality."""
-    strategy = RandomSearch(8, depth=1, draws=3, seed=seed)
+    strategy = RandomSearch(8, papers(), depth=1, draws=3, seed=seed)
     result = run(strategy, TWO)
     if Candidate((4,)) in strategy.drawn:
         assert result.selected == Candidate((4,)) and result.info["best_draw_feasible"]
@@ -314,25 +321,25 @@ def test_random_picks_the_cheapest_feasible_draw(seed):
 def test_ablations_differ_when_one_constraint_binds():
     """TSS keeps both within 5%; each single-objective search takes its objective's maximum (ties to
     the cheaper set): A 3.0 at dense and (2,), M 0.8 at dense and (1,)."""
-    assert run(BFSSearch(8), TWO).selected == Candidate((4,))
-    assert run(AcceptOnlySearch(8), TWO).selected == Candidate((2,))
-    assert run(MetricOnlySearch(8), TWO).selected == Candidate((1,))
+    assert run(BFSSearch(8, papers()), TWO).selected == Candidate((4,))
+    assert run(AcceptOnlySearch(8, papers()), TWO).selected == Candidate((2,))
+    assert run(MetricOnlySearch(8, papers()), TWO).selected == Candidate((1,))
 
 
 def test_single_objective_baselines_find_their_objectives_maximum():
     """TWO_WAYS: the highest accept length is (3, 5) (A 3.5, metric ruined), the highest metric
     (2, 6) (M 0.95); TSS finds nothing within 5% on both and keeps dense."""
-    accept = run(AcceptOnlySearch(10, max_depth=3), TWO_WAYS)
-    metric = run(MetricOnlySearch(10, max_depth=3), TWO_WAYS)
+    accept = run(AcceptOnlySearch(10, papers(max_depth=3)), TWO_WAYS)
+    metric = run(MetricOnlySearch(10, papers(max_depth=3)), TWO_WAYS)
     assert (accept.selected, accept.selected_measurement.accept_length) == (Candidate((3, 5)), pytest.approx(3.5))
     assert accept.selected_measurement.metric < 0.5 * accept.dense.metric
     assert (metric.selected, metric.selected_measurement.metric) == (Candidate((2, 6)), pytest.approx(0.95))
-    assert run(BFSSearch(10, max_depth=3), TWO_WAYS).selected == Candidate()
+    assert run(BFSSearch(10, papers(max_depth=3)), TWO_WAYS).selected == Candidate()
 
 
 def test_nothing_feasible_selects_dense():
     fn = additive(6, {}, {}, {}, default=(1.0, 0.5, 0.1))
-    for strategy in (BFSSearch(6), GreedySearch(6), RandomSearch(6)):
+    for strategy in (BFSSearch(6, papers()), GreedySearch(6, papers()), RandomSearch(6, papers())):
         result = run(strategy, fn)
         assert result.selected == Candidate()
         assert NOTE_DENSE_SELECTED in result.notes
@@ -350,7 +357,7 @@ def test_bfs_is_exact_on_monotone_separable_objectives(drops, max_pool):
     n = len(drops)
     fn = additive(n, {i: d[0] for i, d in enumerate(drops)}, {i: d[1] for i, d in enumerate(drops)},
                   {i: d[2] for i, d in enumerate(drops)})
-    result = run(BFSSearch(n, max_depth=n, max_pool=max_pool), fn)
+    result = run(BFSSearch(n, papers(max_depth=n, max_pool=max_pool)), fn)
     evaluate = evaluate_callable(fn)
     subsets = [Candidate(s) for k in range(n + 1) for s in itertools.combinations(range(n), k)]
     measured = list(zip(subsets, evaluate(subsets)))
@@ -363,15 +370,16 @@ def test_bfs_is_exact_on_monotone_separable_objectives(drops, max_pool):
 def test_bfs_pool_cap_ranks_by_retained_quality():
     # single drops grow with the index; the cap keeps the three mildest layers
     fn = additive(8, {i: 0.01 * i for i in range(8)}, {i: 0.0 for i in range(8)}, {})
-    strategy = BFSSearch(8, max_depth=2, max_pool=3)
+    strategy = BFSSearch(8, papers(max_depth=2, max_pool=3))
     result = run(strategy, fn)
     assert strategy.pool == (0, 1, 2)
     assert {c.skip_layers for c, _ in result.history if len(c.skip_layers) == 2} == {(0, 1), (0, 2), (1, 2)}
 
 
 def test_protected_layers_never_skipped():
-    for strategy in (BFSSearch(10, protect_layers=(0, 9)), GreedySearch(10, protect_layers=(0, 9)),
-                     RandomSearch(10, depth=3, draws=30, protect_layers=(0, 9))):
+    protected = papers(protect_layers=(0, 9))
+    for strategy in (BFSSearch(10, protected), GreedySearch(10, protected),
+                     RandomSearch(10, protected, depth=3, draws=30)):
         result = run(strategy, TRAP)
         assert all(not {0, 9} & set(c.skip_layers) for c, _ in result.history)
 
@@ -381,16 +389,16 @@ def test_gm_skip_deletes_the_least_harmful_block_each_step_where_one_reverse_pas
     (the earlier reading) would keep 5 and then 4 (0.08 each); GM-Skip measures every remaining block
     each step and deletes the least harmful: 1 (free), then 5 (ties with 4 go to the later block)."""
     fn = Counted(additive(6, {}, {5: 0.08, 4: 0.08, 1: 0.0}, {}, m0=1.0, default=(0.0, 0.3, 0.1)))
-    strategy = GreedySearch(6, sparsity_weight=0.6, max_deletions=2)
+    strategy = GreedySearch(6, papers(), sparsity_weight=0.6, max_deletions=2)
     result = run(strategy, fn)
     assert [c.skip_layers for c in fn.calls[1:7]] == [(5,), (4,), (3,), (2,), (1,), (0,)]  # later blocks first
     assert strategy.path == [(1,), (1, 5)] and result.selected == Candidate((1, 5))
     assert len(fn.calls) == 1 + 6 + 5  # one batch per step: O(L^2) measurements
     # uncapped, it goes on while the balance holds: 4 (0.08) too, then 0, 2, 3 (0.3) would lower it
-    assert run(GreedySearch(6, sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
-    with pytest.raises(ValueError, match="max_deletions"):
-        GreedySearch(6, max_depth=2)
-    free = GreedySearch(4)  # every deletion free: it stops with one layer left, the most any skip set may remove
+    assert run(GreedySearch(6, papers(), sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
+    # GM-Skip is not bound to the BFS depth: the shared rule's max_depth does not cap it
+    assert run(GreedySearch(6, papers(max_depth=1), sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
+    free = GreedySearch(4, papers())  # every deletion free: it stops with one layer left, the most a skip set may remove
     assert run(free, additive(4, {}, {}, {}, m0=1.0, default=(0.0, 0.0, 0.1))).selected == Candidate((1, 2, 3))
 
 
@@ -404,7 +412,7 @@ def test_gm_skip_deletes_the_least_harmful_block_each_step_where_one_reverse_pas
 def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, weight, cap):
     # A balance change near the 1e-12 tolerance is decided by float rounding of sums: left out.
     assume(all(not -1e-10 < weight / 6 - d < -1e-14 for d in drops))
-    strategy = GreedySearch(6, sparsity_weight=weight, max_deletions=cap)
+    strategy = GreedySearch(6, papers(), sparsity_weight=weight, max_deletions=cap)
     result = run(strategy, additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
     kept: list[int] = []  # the rule restated: additive drops make each step's harm the layer's own drop
     while len(kept) < min(cap or 6, 5):  # one layer always stays
@@ -419,7 +427,7 @@ def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, 
 @FAST
 @given(seed=st.integers(0, 2**31), draws=st.integers(1, 60), depth=st.integers(1, 3))
 def test_random_draws_are_distinct_of_one_depth_and_capped(seed, draws, depth):
-    strategy = RandomSearch(7, max_depth=3, depth=depth, draws=draws, seed=seed)
+    strategy = RandomSearch(7, papers(max_depth=3), depth=depth, draws=draws, seed=seed)
     fn = Counted(TRAP)
     run(strategy, fn)
     sets = [c.skip_layers for c in fn.calls[1:]]
@@ -429,7 +437,8 @@ def test_random_draws_are_distinct_of_one_depth_and_capped(seed, draws, depth):
 
 def test_random_draws_are_uniform_over_sets_of_the_depth():
     """All 10 sets of 2 of 5 layers, one draw per seed over 2000 seeds: a chi-square test of uniformity."""
-    counts = Counter(RandomSearch(5, depth=2, draws=1, seed=seed)._draw(2)[0].skip_layers for seed in range(2000))
+    counts = Counter(RandomSearch(5, papers(), depth=2, draws=1, seed=seed)._draw(2)[0].skip_layers
+                     for seed in range(2000))
     assert len(counts) == 10
     statistic = sum((n - 200) ** 2 / 200 for n in counts.values())
     assert statistic < 27.88  # the chi-square quantile for p = 0.001 at 9 degrees of freedom
@@ -437,14 +446,14 @@ def test_random_draws_are_uniform_over_sets_of_the_depth():
 
 def test_random_seed_changes_sequence():
     a, b = Counted(TRAP), Counted(TRAP)
-    run(RandomSearch(10, depth=2, draws=3, seed=0), a)
-    run(RandomSearch(10, depth=2, draws=3, seed=1), b)
+    run(RandomSearch(10, papers(), depth=2, draws=3, seed=0), a)
+    run(RandomSearch(10, papers(), depth=2, draws=3, seed=1), b)
     assert a.calls != b.calls
 
 
 # -- early rejection hook ----------------------------------------------------------------------------
 def test_bfs_thresholds_only_from_level_two():
-    strategy = BFSSearch(10, early_reject=True)
+    strategy = BFSSearch(10, papers(early_reject=True))
     seen = []
 
     def evaluate_batch(batch, on_result):
@@ -461,11 +470,11 @@ def test_bfs_thresholds_only_from_level_two():
     assert seen[0] is None and seen[1] is None
     assert seen[2] == pytest.approx((0.95 * 3.0, 0.95 * 0.8))
     assert result.selected == TRAP_OPTIMUM
-    assert BFSSearch(10).feasibility_thresholds() is None
+    assert BFSSearch(10, papers()).feasibility_thresholds() is None
 
 
 def test_thresholds_without_metric():
-    strategy = BFSSearch(4, early_reject=True)
+    strategy = BFSSearch(4, papers(early_reject=True))
     strategy.level = 2  # thresholds apply from the pairs on
     strategy.tell(Candidate(), Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0))
     min_a, min_m = strategy.feasibility_thresholds()
@@ -518,7 +527,7 @@ def test_driver_stores_meta_and_reports_measurements(tmp_path):
             return content_hash({"d": "qa", **candidate_meta(c)})
 
         kw = dict(store=store, key_fn=key_fn, meta_fn=lambda c: {"domain": "qa"},
-                  on_measurement=lambda c, m, cached: events.append((c, cached)))
+                  on_told=lambda c, m, cached: events.append((c, cached)))
         run(Scripted([[Candidate(), Candidate((1,))]]), TRAP, **kw)
         run(Scripted([[Candidate(), Candidate((2,))]]), TRAP, **kw)
         rows = store.rows(domain="qa")
@@ -531,10 +540,10 @@ def test_driver_budget_counts_only_new_measurements(tmp_path):
         def key_fn(c):
             return content_hash(candidate_meta(c))
 
-        r1 = run(BFSSearch(10), TRAP, store=store, key_fn=key_fn, budget=5)
+        r1 = run(BFSSearch(10, papers()), TRAP, store=store, key_fn=key_fn, budget=5)
         assert r1.n_measured == 5 and any("budget" in n for n in r1.notes)
         fn = Counted(TRAP)
-        r2 = run(BFSSearch(10), fn, store=store, key_fn=key_fn, budget=5)
+        r2 = run(BFSSearch(10, papers()), fn, store=store, key_fn=key_fn, budget=5)
     assert r2.n_cache_hits == 5 and len(fn.calls) == r2.n_measured == 5  # resumes past the first run
 
 
@@ -765,11 +774,12 @@ def test_bfs_pool_takes_every_layer_within_tau_and_names_a_cap():
         loss = sum(0.02 * i for i in c.skip_layers)
         return 3.0 * (1 - loss), 0.8 * (1 - loss), 1.0 - 0.05 * len(c.skip_layers)
 
-    loose = run_search(BFSSearch(6, max_depth=2, tau=0.07), evaluate_callable(fn), progress=False)
+    loose = run_search(BFSSearch(6, papers(max_depth=2, tau=0.07)), evaluate_callable(fn), progress=False)
     assert loose.info["pool"] == [0, 1, 2, 3]  # losses 0, 2, 4, 6% <= 7%
-    strict = run_search(BFSSearch(6, max_depth=2, tau=0.03), evaluate_callable(fn), progress=False)
+    strict = run_search(BFSSearch(6, papers(max_depth=2, tau=0.03)), evaluate_callable(fn), progress=False)
     assert strict.info["pool"] == [0, 1]
-    capped = run_search(BFSSearch(6, max_depth=2, tau=0.07, max_pool=2), evaluate_callable(fn), progress=False)
+    capped = run_search(BFSSearch(6, papers(max_depth=2, tau=0.07, max_pool=2)), evaluate_callable(fn),
+                        progress=False)
     assert capped.info["pool"] == [0, 1] and any("deviation" in note for note in capped.notes)
     assert not any("deviation" in note for note in loose.notes)
 
@@ -780,12 +790,13 @@ def test_the_papers_selection_drops_what_accept_and_metric_dominate_then_takes_t
 
     table = {(): m(2.0, 0.50, 0.50, 1.00), (1,): m(1.96, 0.49, 0.45, 0.90), (2,): m(2.10, 0.50, 0.46, 0.95)}
     fn = lambda c: table.get(c.skip_layers, m(1.0, 0.1, 0.9, 0.9))  # noqa: E731
-    per_token = run_search(BFSSearch(3, max_depth=1), evaluate_callable(fn), progress=False)
+    per_token = run_search(BFSSearch(3, papers(max_depth=1)), evaluate_callable(fn), progress=False)
     assert per_token.selected == Candidate((1,))  # cheapest per generated token, within 5%
-    paper = run_search(BFSSearch(3, max_depth=1, select="verify_cost"), evaluate_callable(fn), progress=False)
+    paper = run_search(BFSSearch(3, papers(max_depth=1, select="verify_cost")), evaluate_callable(fn),
+                       progress=False)
     assert paper.selected == Candidate((2,))  # skip[1] is dominated in (A, M) by dense; skip[2] dominates dense
     with pytest.raises(ValueError, match="select"):
-        BFSSearch(3, select="fastest")
+        BFSSearch(3, papers(select="fastest"))
 
 
 # -- the fidelity guard (chrF of the replies against the dense replies) --------------------------------------------
@@ -822,7 +833,8 @@ degrading.num_layers = 6
                                              ("fidelity", Candidate((2,))), ("both", Candidate((2,)))])
 def test_fidelity_guard_rejects_degenerate_replies_that_raise_accept_length(guard, expected):
     for feasibility in ("point", "lower_bound"):
-        result = run(BFSSearch(6, max_depth=2, guard=guard, min_fidelity=50, feasibility=feasibility), degrading)
+        rule = papers(max_depth=2, guard=guard, min_fidelity=50, feasibility=feasibility)
+        result = run(BFSSearch(6, rule), degrading)
         assert result.selected == expected, (guard, feasibility)
         assert any(n.startswith("guard: output fidelity") for n in result.notes) == (guard != "task")
 
@@ -833,10 +845,10 @@ def test_fidelity_guard_auto_adds_fidelity_only_without_an_informative_metric():
         return dataclasses.replace(m, metric=0.8, per_prompt=tuple(dataclasses.replace(p, metric=0.8) for p in m.per_prompt))
 
     informative.num_layers = 6
-    strategy = BFSSearch(6, max_depth=2, guard="auto", min_fidelity=50)
+    strategy = BFSSearch(6, papers(max_depth=2, guard="auto", min_fidelity=50))
     run(strategy, informative)
     assert strategy.quality_guard() == {"task_metric": True, "fidelity": False, "min_fidelity": None}
-    strategy = BFSSearch(6, max_depth=2, guard="auto", min_fidelity=50)
+    strategy = BFSSearch(6, papers(max_depth=2, guard="auto", min_fidelity=50))
     run(strategy, degrading)
     assert strategy.quality_guard() == {"task_metric": False, "fidelity": True, "min_fidelity": 50.0}
 
@@ -874,8 +886,8 @@ def test_joint_skip_vocab_search_alternates_to_a_fixed_point_and_beats_sequentia
                            wall_time_s=0.0)
 
     search = JointVocabSearch(4, vocab_size=vocab, coverage=coverage, latency_reduction=latency,
-                                  draft_share=lambda skip: 0.1, alpha=0.5, min_coverage=0.9, n_trials=80,
-                                  max_depth=2, tau=0.05)
+                              draft_share=lambda skip: 0.1, alpha=0.5, min_coverage=0.9, n_trials=80,
+                              rule=papers(max_depth=2, tau=0.05))
     result = run_search(search, evaluate_callable(measure), progress=False)
     sequential, joint = search.sequential, search.joint
     assert sequential.skip_layers == joint.skip_layers == (3,)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specsparse.data import DOMAINS, load_examples
 from specsparse.data.split import split_examples
+from specsparse.types import GenerationConfig
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class TrainingRecipe:
     limit: int | None = None
     calibration_fraction: float = 0.2
     split_seed: int = 0
-    max_new_tokens: int = 128
+    max_new_tokens: int = GenerationConfig.max_new_tokens  # reply length of each training reply
     sampled_replies: int = 0  # more replies per prompt, sampled (HF generate) at `temperature`: more, varied data
     temperature: float = 0.8
     epochs: int = 10
@@ -42,8 +43,9 @@ class TrainingRecipe:
     seed: int = 0
 
     def check(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.max_length < 8:
-            raise ValueError("epochs, batch size and max new tokens must be >= 1 and max length >= 8")
+        GenerationConfig(max_new_tokens=self.max_new_tokens)  # the one max_new_tokens check
+        if self.epochs < 1 or self.batch_size < 1 or self.max_length < 8:
+            raise ValueError("epochs and batch size must be >= 1 and max length >= 8")
         if self.target_top_k < 1:
             raise ValueError(f"target top-k must be >= 1, got {self.target_top_k}")
         if self.arch not in ("eagle", "eagle3"):

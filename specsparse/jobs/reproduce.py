@@ -3,8 +3,6 @@ package versions, git commit, data and model identity, the cost profiles that pr
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import platform
 import socket
@@ -91,24 +89,6 @@ def git_state(directory: Path) -> dict[str, Any] | None:
         return None
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
-
-
-
-def data_fingerprint(calibration: Sequence[Any], test: Sequence[Any]) -> dict[str, Any]:
-    """Hashes of the example ids (and contents) of both splits: what identifies the data of a job."""
-    def ids_hash(examples: Sequence[Any]) -> str:
-        return hashlib.sha256("\n".join(ex.id for ex in examples).encode()).hexdigest()
-
-    content = hashlib.sha256()
-    for ex in [*calibration, *test]:
-        content.update(json.dumps([ex.id, list(ex.turns), list(ex.references)], ensure_ascii=False).encode())
-    return {
-        "calibration_ids_sha256": ids_hash(calibration),
-        "test_ids_sha256": ids_hash(test),
-        "content_sha256": content.hexdigest(),
-        "n_calibration": len(calibration),
-        "n_test": len(test),
-    }
 
 
 def cost_profiles(runner: Runner, spec: EvaluationSpec) -> list[dict[str, Any]]:

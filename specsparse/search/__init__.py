@@ -11,6 +11,7 @@ from specsparse.search.greedy import GreedySearch
 from specsparse.search.metric_only import MetricOnlySearch
 from specsparse.search.pareto import is_feasible, pareto_front
 from specsparse.search.random import RandomSearch
+from specsparse.search.rule import TSSRule
 from specsparse.search.tpe_vocab import TPEVocabSearch
 
 # The strategies conf/search/ names (a job may also name its own class by dotpath).
@@ -29,6 +30,7 @@ __all__ = [
     "SearchStrategy",
     "Selection",
     "TPEVocabSearch",
+    "TSSRule",
     "is_feasible",
     "pareto_front",
 ]

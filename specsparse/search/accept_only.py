@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from specsparse.search.base import Selection
 from specsparse.search.bfs import BFSSearch
+from specsparse.search.rule import TSSRule
 
 
 class AcceptOnlySearch(BFSSearch):
@@ -16,8 +15,8 @@ class AcceptOnlySearch(BFSSearch):
 
     name = "accept_only"
 
-    def __init__(self, num_layers: int, **kwargs: Any) -> None:
-        super().__init__(num_layers, objectives=("accept",), **kwargs)
+    def __init__(self, num_layers: int, rule: TSSRule = TSSRule(), weight_accept: float = 0.5) -> None:
+        super().__init__(num_layers, rule, weight_accept, objectives=("accept",))
 
     def select(self) -> Selection:
         return self.maximising(super().select(), "accept")

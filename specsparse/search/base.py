@@ -16,7 +16,6 @@ from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval
 from specsparse.measuring.intervals import metric_interval, paired_ratios
 from specsparse.search.pareto import (
-    SELECTION_RULES,
     Point,
     active_objectives,
     feasibility_thresholds,
@@ -24,10 +23,9 @@ from specsparse.search.pareto import (
     pareto_front,
     selection_cost,
 )
+from specsparse.search.rule import TSSRule
 from specsparse.types import Candidate, Measurement
 
-FEASIBILITY_RULES = ("point", "lower_bound")
-GUARDS = ("auto", "task", "fidelity", "both")
 UNINFORMATIVE_BELOW = 0.05  # a dense metric whose 95% interval reaches below this cannot discriminate
 NOTE_METRIC_UNDEFINED = "metric undefined: acceptance-only rules"
 NOTE_DENSE_SELECTED = "no feasible configuration cheaper than dense: dense selected"
@@ -129,31 +127,8 @@ class LayerSkipSearch(SearchStrategy):
     the cheapest (ties: more layers skipped, then lexicographic); the rest of the front are the
     alternatives. With nothing feasible the dense configuration is selected.
 
+    rule: the settings every layer-skip search shares (depth, tolerances, feasibility, guard, selection).
     objectives: which constraints the rule uses, a non-empty subset of ("accept", "metric").
-    protect_layers: layers never skipped (e.g. the first and last layer).
-    early_reject: expose `feasibility_thresholds()` to runners that can stop measurements early.
-    feasibility: "point" (the papers' rule and this class's default: A >= (1-eps_A)A0 and
-        M >= (1-eps_M)M0 on point estimates) or "lower_bound" (a deviation, and the default of run.py's
-        conf/config.yaml: the lower ends of the paired-bootstrap 95% intervals of A/A0 and M/M0 over the
-        calibration prompts must reach 1 - eps; see `specsparse.measuring.intervals`).
-    metric_floor: a metric whose dense 95% interval reaches below `metric_floor` stops constraining:
-        the rule then uses accept length alone (a deviation from the papers, which always constrain;
-        the default 0 keeps their rule). Either way, a dense metric whose interval reaches below
-        UNINFORMATIVE_BELOW gets a "metric uninformative" note in the selection, so a constraint that
-        rests on noise is never silent. Dropping it is risky: a skip set that degrades the output into
-        repetitions raises accept length (experiments/tss_main/README.md has a measured case).
-    select: how the pick is made among feasible configurations. "time_per_token" (default, a
-        deviation): the Pareto front over (A, M, modeled time per generated token), cheapest first,
-        which accounts for accept length. "verify_cost" (the paper's rule): drop what is dominated in
-        (A, M), then take the lowest modeled verification cost per step. Both come from the cost
-        profile, never from a stored timing.
-    guard: the quality constraint besides accept length. "task": the task metric (the papers, and
-        this class's default). "fidelity" (an extension): the replies' chrF against the dense
-        target's own replies (`specsparse.measuring.fidelity`) must reach `min_fidelity` (0-100;
-        under "lower_bound" the lower end of its 95% interval). "both": both. "auto"
-        (conf/config.yaml's default): the task metric, plus fidelity where the domain has no metric
-        or an uninformative one, so every domain has a quality check. The single-objective baselines
-        take it as they take the metric: only `accept_only` (accept length alone) leaves it out.
     """
 
     context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)
@@ -162,56 +137,20 @@ class LayerSkipSearch(SearchStrategy):
     def from_evaluator(cls, evaluator: Any, **options: Any) -> LayerSkipSearch:
         return cls(num_layers=evaluator.target.num_layers, **options)
 
-    def __init__(
-        self,
-        num_layers: int,
-        max_depth: int = 4,
-        eps_accept: float = 0.05,
-        eps_metric: float = 0.05,
-        protect_layers: Sequence[int] = (),
-        objectives: Sequence[str] = ("accept", "metric"),
-        early_reject: bool = False,
-        feasibility: str = "point",
-        metric_floor: float = 0.0,
-        select: str = "time_per_token",
-        guard: str = "task",
-        min_fidelity: float = 30.0,
-    ) -> None:
-        if guard not in GUARDS:
-            raise ValueError(f"guard must be one of {GUARDS}, got {guard!r}")
-        if not 0 <= min_fidelity <= 100:
-            raise ValueError(f"min_fidelity must be in [0, 100] (chrF), got {min_fidelity}")
-        if select not in SELECTION_RULES:
-            raise ValueError(f"select must be one of {SELECTION_RULES}, got {select!r}")
-        if feasibility not in FEASIBILITY_RULES:
-            raise ValueError(f"feasibility must be one of {FEASIBILITY_RULES}, got {feasibility!r}")
-        if not 0 <= metric_floor < 1:
-            raise ValueError(f"metric_floor must be in [0, 1), got {metric_floor}")
+    def __init__(self, num_layers: int, rule: TSSRule = TSSRule(),
+                 objectives: Sequence[str] = ("accept", "metric")) -> None:
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        if max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1, got {max_depth}")
-        if not 0 <= eps_accept < 1 or not 0 <= eps_metric < 1:
-            raise ValueError(f"eps_accept and eps_metric must be in [0, 1), got {eps_accept}, {eps_metric}")
         objectives = tuple(objectives)
         if not objectives or set(objectives) - {"accept", "metric"}:
             raise ValueError(f"objectives must be a non-empty subset of ('accept', 'metric'), got {objectives}")
-        bad = [i for i in protect_layers if not 0 <= int(i) < num_layers]
+        bad = [i for i in rule.protect_layers if not 0 <= i < num_layers]
         if bad:
             raise ValueError(f"protect_layers out of range [0, {num_layers}): {bad}")
         self.num_layers = num_layers
-        self.max_depth = max_depth
-        self.eps_accept = eps_accept
-        self.eps_metric = eps_metric
-        self.protect_layers = tuple(sorted({int(i) for i in protect_layers}))
+        self.rule = rule
         self.objectives = objectives
-        self.early_reject = early_reject
-        self.feasibility = feasibility
-        self.metric_floor = metric_floor
-        self.select_rule = select
-        self.guard = guard
-        self.min_fidelity = float(min_fidelity)
-        self.free_layers = tuple(i for i in range(num_layers) if i not in self.protect_layers)
+        self.free_layers = tuple(i for i in range(num_layers) if i not in rule.protect_layers)
         self.measured: dict[Candidate, Measurement] = {}
         self.dense_candidate = Candidate()
 
@@ -235,7 +174,7 @@ class LayerSkipSearch(SearchStrategy):
     def metric_dropped(self) -> bool:
         """The dense metric reaches below metric_floor, so it does not constrain."""
         low = self._dense_metric_low()
-        return low is not None and low < self.metric_floor
+        return low is not None and low < self.rule.metric_floor
 
     def metric_uninformative(self) -> str | None:
         """A note when the dense metric cannot discriminate (its interval reaches below
@@ -249,31 +188,32 @@ class LayerSkipSearch(SearchStrategy):
                   else "the metric constraint rests on noise")
         return f"metric uninformative: dense metric {shown} reaches below {UNINFORMATIVE_BELOW:g}; {effect}"
 
-    def _rule(self) -> tuple[bool, bool, bool]:
-        """(accept length, task metric, fidelity): the constraints in use (see `guard`)."""
+    def _constraints(self) -> tuple[bool, bool, bool]:
+        """(accept length, task metric, fidelity): the constraints in use (see `TSSRule.guard`)."""
         assert self.dense is not None
         quality = "metric" in self.objectives
-        use_metric = quality and self.guard != "fidelity" and not self.metric_dropped()
+        guard = self.rule.guard
+        use_metric = quality and guard != "fidelity" and not self.metric_dropped()
         use_accept, use_metric = active_objectives(self.dense, "accept" in self.objectives, use_metric)
         no_task_check = self.dense.metric is None or self.metric_uninformative() is not None
-        use_fidelity = quality and (self.guard in ("fidelity", "both") or (self.guard == "auto" and no_task_check))
+        use_fidelity = quality and (guard in ("fidelity", "both") or (guard == "auto" and no_task_check))
         return use_accept, use_metric, use_fidelity
 
     def quality_guard(self) -> dict[str, Any]:
         if self.dense is None:
             return super().quality_guard()
-        _, use_metric, use_fidelity = self._rule()
+        _, use_metric, use_fidelity = self._constraints()
         return {"task_metric": use_metric, "fidelity": use_fidelity,
-                "min_fidelity": self.min_fidelity if use_fidelity else None}
+                "min_fidelity": self.rule.min_fidelity if use_fidelity else None}
 
     def guard_note(self) -> str | None:
         """What the fidelity constraint is and why it applies; None when it does not."""
-        if self.dense is None or not self._rule()[2]:
+        if self.dense is None or not self._constraints()[2]:
             return None
-        why = (f"tss.guard={self.guard}" if self.guard != "auto" else
+        why = (f"tss.guard={self.rule.guard}" if self.rule.guard != "auto" else
                "the domain has no task metric" if self.dense.metric is None else "the task metric is uninformative")
-        bound = "the lower end of its 95% interval" if self.feasibility == "lower_bound" else "its mean"
-        return (f"guard: output fidelity ({FIDELITY}, {bound}) >= {self.min_fidelity:g}, an extension of the "
+        bound = "the lower end of its 95% interval" if self.rule.feasibility == "lower_bound" else "its mean"
+        return (f"guard: output fidelity ({FIDELITY}, {bound}) >= {self.rule.min_fidelity:g}, an extension of the "
                 f"papers, because {why}")
 
     def _holds(self, m: Measurement, use_accept: bool, use_metric: bool, use_fidelity: bool = False,
@@ -286,9 +226,9 @@ class LayerSkipSearch(SearchStrategy):
             return False
         if not (use_accept or use_metric):
             return True
-        eps_a = self.eps_accept if tolerance is None else tolerance
-        eps_m = self.eps_metric if tolerance is None else tolerance
-        if self.feasibility == "point" or m.early_stopped:
+        eps_a = self.rule.eps_accept if tolerance is None else tolerance
+        eps_m = self.rule.eps_metric if tolerance is None else tolerance
+        if self.rule.feasibility == "point" or m.early_stopped:
             return is_feasible(m, self.dense, eps_a, eps_m, use_accept, use_metric)
         ratios = paired_ratios(self.dense, m)
         if ratios is None:  # not the same prompts as the dense baseline: nothing to pair
@@ -304,15 +244,15 @@ class LayerSkipSearch(SearchStrategy):
         interval = fidelity_interval(self.dense, m)
         if interval is None:  # not the dense baseline's prompts: nothing to compare
             return False
-        return (interval.point if self.feasibility == "point" else interval.low) >= self.min_fidelity
+        return (interval.point if self.rule.feasibility == "point" else interval.low) >= self.rule.min_fidelity
 
     def feasible(self, m: Measurement) -> bool:
         """The feasibility rule of this search (needs the dense baseline)."""
-        return self._holds(m, *self._rule())
+        return self._holds(m, *self._constraints())
 
     def passes_any(self, m: Measurement, tolerance: float | None = None) -> bool:
         """Permissive rule: at least one of the constraints in use holds (the BFS candidate pool)."""
-        use_a, use_m, use_f = self._rule()
+        use_a, use_m, use_f = self._constraints()
         terms = ((use_a, False, False), (False, use_m, False), (False, False, use_f))
         return any(self._holds(m, *term, tolerance=tolerance) for term in terms if any(term))
 
@@ -321,7 +261,7 @@ class LayerSkipSearch(SearchStrategy):
         use (just the one ratio when only one applies). Where fidelity guards instead of the metric,
         its mean / 100 stands for M/M0 (the dense replies match themselves: 100)."""
         assert self.dense is not None
-        use_a, use_m, use_f = self._rule()
+        use_a, use_m, use_f = self._constraints()
         ra = _ratio(m.accept_length, self.dense.accept_length)
         if use_m:
             rm = _ratio(m.metric if m.metric is not None else 0.0, self.dense.metric)  # type: ignore[arg-type]
@@ -335,10 +275,10 @@ class LayerSkipSearch(SearchStrategy):
         return weight_accept * ra + (1.0 - weight_accept) * rm
 
     def feasibility_thresholds(self) -> Thresholds | None:
-        if not self.early_reject or self.dense is None:
+        if not self.rule.early_reject or self.dense is None:
             return None
-        use_a, use_m, _ = self._rule()
-        return feasibility_thresholds(self.dense, self.eps_accept, self.eps_metric, use_a, use_m)
+        use_a, use_m, _ = self._constraints()
+        return feasibility_thresholds(self.dense, self.rule.eps_accept, self.rule.eps_metric, use_a, use_m)
 
     # -- conclusion ------------------------------------------------------------------------------
     def select(self) -> Selection:
@@ -370,11 +310,11 @@ class LayerSkipSearch(SearchStrategy):
 
     def front(self, points: list[tuple[Candidate, Measurement]]) -> list[tuple[Candidate, Measurement]]:
         """The Pareto front of `points` under this search's rule, the pick first."""
-        use_a, use_m, _ = self._rule()
+        use_a, use_m, _ = self._constraints()
         objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on]
-        if self.select_rule == "time_per_token":  # the paper drops only what (A, M) dominate
+        if self.rule.select == "time_per_token":  # the paper drops only what (A, M) dominate
             objectives.append("cost")
-        return pareto_front(points, objectives, self.select_rule)
+        return pareto_front(points, objectives, self.rule.select)
 
     def maximising(self, selection: Selection, objective: str) -> Selection:
         """`selection` with the measured configuration of the highest accept length ("accept") or
@@ -387,7 +327,7 @@ class LayerSkipSearch(SearchStrategy):
         told = [(c, m) for c, m in self.measured.items() if not m.early_stopped]
         if not told:
             return selection
-        best, _ = min(told, key=lambda cm: (-value(cm[1]), selection_cost(cm[1], self.select_rule), cm[0].skip_layers))
+        best, _ = min(told, key=lambda cm: (-value(cm[1]), selection_cost(cm[1], self.rule.select), cm[0].skip_layers))
         notes = [n for n in selection.notes if n != NOTE_DENSE_SELECTED]
         if best == self.dense_candidate:
             notes.append(f"dense has the highest {objective} of everything measured: dense selected")

@@ -13,45 +13,36 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from typing import Any
+from collections.abc import Sequence
 
 from specsparse.search.base import LayerSkipSearch, Selection, Thresholds
 from specsparse.search.pareto import selection_cost
+from specsparse.search.rule import TSSRule
 from specsparse.types import Candidate
 
 log = logging.getLogger(__name__)
 
 
 class BFSSearch(LayerSkipSearch):
-    """TSS breadth-first search.
+    """TSS breadth-first search, under `rule` (`TSSRule`):
 
-    tau: the pool's tolerance (None: eps_accept for A and eps_metric for M). Under
-        feasibility="lower_bound" the pool is judged like feasibility: a constraint is within tau when
-        the lower end of its paired 95% interval reaches 1 - tau (the paper's point rule otherwise).
-    max_pool: keep at most this many pool layers (None: all, as in the paper; a cap is a deviation that
-        keeps deeper levels affordable on small machines). Pool layers are then ranked by retained
-        quality of their single skip, `weight_accept * A/A0 + (1 - weight_accept) * M/M0` (the ratio in
-        use when only one constraint applies), ties broken by lower (FLOPs) cost, then layer index: layers that
+    rule.tau: the pool's tolerance. Under feasibility="lower_bound" the pool is judged like
+        feasibility: a constraint is within tau when the lower end of its paired 95% interval reaches
+        1 - tau (the paper's point rule otherwise).
+    rule.max_pool: keep at most this many pool layers. Pool layers are then ranked by retained quality
+        of their single skip, `weight_accept * A/A0 + (1 - weight_accept) * M/M0` (the ratio in use when
+        only one constraint applies), ties broken by lower (FLOPs) cost, then layer index: layers that
         cost least quality alone are the likeliest to stay feasible together, while the cost saved by one
         layer is nearly the same for every layer.
-    early_reject: expose thresholds from level 2 on; single skips are never cut early since the pool
-        rule is permissive (a single skip failing one constraint still enters the pool).
+    rule.early_reject: expose thresholds from level 2 on; single skips are never cut early since the
+        pool rule is permissive (a single skip failing one constraint still enters the pool).
     """
 
     name = "bfs"
 
-    def __init__(
-        self, num_layers: int, max_pool: int | None = None, weight_accept: float = 0.5, tau: float | None = 0.05,
-        **rule: Any,
-    ) -> None:
-        """`rule`: the shared layer-skip options of `LayerSkipSearch`."""
-        super().__init__(num_layers, **rule)
-        if max_pool is not None and max_pool < 1:
-            raise ValueError(f"max_pool must be >= 1 or None, got {max_pool}")
-        if tau is not None and not 0 <= tau < 1:
-            raise ValueError(f"tau must be in [0, 1) or None, got {tau}")
-        self.tau = tau
-        self.max_pool = max_pool
+    def __init__(self, num_layers: int, rule: TSSRule = TSSRule(), weight_accept: float = 0.5,
+                 objectives: Sequence[str] = ("accept", "metric")) -> None:
+        super().__init__(num_layers, rule, objectives)
         self.weight_accept = weight_accept
         self.level = -1  # level of the batch last proposed (0 = dense)
         self.pool: tuple[int, ...] = ()
@@ -72,7 +63,7 @@ class BFSSearch(LayerSkipSearch):
     def _level_batch(self, k: int) -> list[Candidate]:
         if k == 0:
             return [self.dense_candidate]
-        if self.dense is None or k > self.max_depth:
+        if self.dense is None or k > self.rule.max_depth:
             return []
         if k == 1:
             return [Candidate((layer,)) for layer in self.free_layers]
@@ -87,15 +78,15 @@ class BFSSearch(LayerSkipSearch):
         singles = [
             (c.skip_layers[0], m)
             for c, m in self.measured.items()
-            if len(c.skip_layers) == 1 and self.passes_any(m, self.tau)
+            if len(c.skip_layers) == 1 and self.passes_any(m, self.rule.tau)
         ]
         ranked = sorted(singles, key=lambda lm: (-self.quality(lm[1], self.weight_accept), selection_cost(lm[1]), lm[0]))
-        if self.max_pool is not None:
-            ranked = ranked[: self.max_pool]
+        if self.rule.max_pool is not None:
+            ranked = ranked[: self.rule.max_pool]
         pool = tuple(sorted(layer for layer, _ in ranked))
         log.info("bfs pool (%d of %d single skips): %s", len(pool), len(singles), pool)
         if len(pool) < len(singles):
-            self.notes.append(f"pool capped at max_pool={self.max_pool} of {len(singles)} layers passing the OR rule "
+            self.notes.append(f"pool capped at max_pool={self.rule.max_pool} of {len(singles)} layers passing the OR rule "
                               "(a deviation from the paper, which keeps them all)")
         return pool
 

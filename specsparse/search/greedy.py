@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
 
 from specsparse.search.base import NOTE_DENSE_SELECTED, LayerSkipSearch, Selection, Thresholds
+from specsparse.search.rule import TSSRule
 from specsparse.types import Candidate, Measurement
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,8 @@ class GreedySearch(LayerSkipSearch):
 
     so a deletion may cost at most sparsity_weight * score(dense) / num_layers. The first deletion
     that would lower J ends the search, as does running out of free blocks or `max_deletions`
-    (None: no cap; GM-Skip is not bound to the BFS depth, so `max_depth` is refused here). The score
+    (None: no cap; GM-Skip is not bound to the BFS depth, so `rule.max_depth`, like the BFS pool
+    settings, does not apply; the rest of `rule` does). The score
     is the task metric; a domain without one (or with `metric_floor` dropping it) uses accept length
     instead, with a note. The pick is where the deletions end: GM-Skip knows no acceptance constraint,
     which is what Table 2 compares. Step d measures num_free - d + 1 sets: O(L^2) in all, batched.
@@ -38,14 +39,11 @@ class GreedySearch(LayerSkipSearch):
 
     name = "greedy"
 
-    def __init__(self, num_layers: int, sparsity_weight: float = 1.0, max_deletions: int | None = None,
-                 **rule: Any) -> None:
-        """`rule`: the shared layer-skip options of `LayerSkipSearch` but `max_depth`."""
-        if "max_depth" in rule:
-            raise ValueError("greedy (GM-Skip) is not capped at the BFS depth: give max_deletions instead of max_depth")
+    def __init__(self, num_layers: int, rule: TSSRule = TSSRule(), sparsity_weight: float = 1.0,
+                 max_deletions: int | None = None) -> None:
         if max_deletions is not None and max_deletions < 1:
             raise ValueError(f"max_deletions must be >= 1 or None, got {max_deletions}")
-        super().__init__(num_layers, max_depth=max_deletions or num_layers, **rule)
+        super().__init__(num_layers, rule)
         if sparsity_weight < 0:
             raise ValueError(f"sparsity_weight must be >= 0, got {sparsity_weight}")
         self.sparsity_weight = sparsity_weight
@@ -58,7 +56,7 @@ class GreedySearch(LayerSkipSearch):
     def score(self, m: Measurement) -> tuple[float, float]:
         """(score, dense score): the metric, or accept length where the metric does not guide."""
         assert self.dense is not None
-        if self._rule()[1]:
+        if self._constraints()[1]:
             return m.metric or 0.0, self.dense.metric or 0.0
         return m.accept_length, self.dense.accept_length
 
@@ -75,7 +73,8 @@ class GreedySearch(LayerSkipSearch):
         if self.dense is None or self._stopped or (self._step and not self._decide()):
             return []
         remaining = [layer for layer in reversed(self.free_layers) if layer not in self.current]
-        if not remaining or len(self.current) >= min(self.max_depth, self.num_layers - 1):  # keep one layer
+        cap = min(self.max_deletions or self.num_layers, self.num_layers - 1)  # keep one layer
+        if not remaining or len(self.current) >= cap:
             return []
         self._step = [Candidate(tuple(sorted((*self.current, layer)))) for layer in remaining]
         return list(self._step)
@@ -117,7 +116,7 @@ class GreedySearch(LayerSkipSearch):
         notes = [n for n in shared.notes if n != NOTE_DENSE_SELECTED or selected == self.dense_candidate]
         if selected == self.dense_candidate and NOTE_DENSE_SELECTED not in notes:
             notes.append(NOTE_DENSE_SELECTED)
-        if self.dense is not None and not self._rule()[1]:
+        if self.dense is not None and not self._constraints()[1]:
             notes.append("greedy: no metric to guide the deletions, accept length used instead")
         return dataclasses.replace(shared, selected=selected, alternatives=(), notes=tuple(notes),
                                    info={"path": [list(p) for p in self.path], "sparsity_weight": self.sparsity_weight,

@@ -27,8 +27,8 @@ from specsparse.types import Candidate, Measurement
 
 
 class JointVocabSearch(BFSSearch):
-    """BFS over skip sets and TPE over k, alternated (see the module docstring). BFS options (depth,
-    pool, tolerances, guard) are BFSSearch's; the vocabulary options are TPEVocabSearch's.
+    """BFS over skip sets and TPE over k, alternated (see the module docstring). The BFS options (`rule`,
+    `weight_accept`) are BFSSearch's; the vocabulary options are TPEVocabSearch's.
     max_rounds: most BFS runs of the joint alternation."""
 
     name = "joint_vocab"

@@ -5,10 +5,9 @@ On a domain without references (no metric) it falls back to acceptance and says 
 
 from __future__ import annotations
 
-from typing import Any
-
 from specsparse.search.base import Selection
 from specsparse.search.bfs import BFSSearch
+from specsparse.search.rule import TSSRule
 
 
 class MetricOnlySearch(BFSSearch):
@@ -18,8 +17,8 @@ class MetricOnlySearch(BFSSearch):
 
     name = "metric_only"
 
-    def __init__(self, num_layers: int, **kwargs: Any) -> None:
-        super().__init__(num_layers, objectives=("metric",), **kwargs)
+    def __init__(self, num_layers: int, rule: TSSRule = TSSRule(), weight_accept: float = 0.5) -> None:
+        super().__init__(num_layers, rule, weight_accept, objectives=("metric",))
 
     def select(self) -> Selection:
         dense = self.dense

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Any
 
 import numpy as np
 
 from specsparse.search.base import NOTE_DENSE_SELECTED, LayerSkipSearch, Selection, Thresholds
 from specsparse.search.bfs import BFSSearch
+from specsparse.search.rule import TSSRule
 from specsparse.types import Candidate, Measurement
 
 log = logging.getLogger(__name__)
@@ -27,28 +27,28 @@ class RandomSearch(LayerSkipSearch):
 
     depth None (this project's protocol; the paper does not say how deep its random sets are): the
     depth of the TSS selection on the same calibration split, found by running the TSS BFS first with
-    this search's settings (`bfs_options` as for `bfs`; in a sweep after a bfs job every one of its
-    measurements comes from the results store). When TSS keeps the dense model, depth is 0 and the
-    pick is dense. Either way depth is at most max_depth, the depth limit every search shares.
+    this search's `rule` and `weight_accept` (in a sweep after a bfs job every one of its measurements
+    comes from the results store). When TSS keeps the dense model, depth is 0 and the pick is dense.
+    Either way depth is at most rule.max_depth, the depth limit every search shares.
     """
 
     name = "random"
 
     def __init__(
-        self, num_layers: int, depth: int | None = None, draws: int = 5, seed: int = 0,
-        bfs_options: dict[str, Any] | None = None, **rule: Any,
+        self, num_layers: int, rule: TSSRule = TSSRule(), depth: int | None = None, draws: int = 5, seed: int = 0,
+        weight_accept: float = 0.5,
     ) -> None:
-        """`rule`: the shared layer-skip options of `LayerSkipSearch` (the TSS BFS runs under them too)."""
-        super().__init__(num_layers, **rule)
-        if depth is not None and not 0 <= depth <= min(self.max_depth, len(self.free_layers)):
-            raise ValueError(f"depth must be in 0..{min(self.max_depth, len(self.free_layers))} (max_depth), got {depth}")
+        super().__init__(num_layers, rule)
+        deepest = min(rule.max_depth, len(self.free_layers))
+        if depth is not None and not 0 <= depth <= deepest:
+            raise ValueError(f"depth must be in 0..{deepest} (max_depth), got {depth}")
         if draws < 1:
             raise ValueError(f"draws must be >= 1, got {draws}")
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.draws = draws
         self.depth = depth
-        self.tss = None if depth is not None else BFSSearch(num_layers, **rule, **(bfs_options or {}))
+        self.tss = None if depth is not None else BFSSearch(num_layers, rule, weight_accept)
         self.drawn: list[Candidate] = []
         self._started = False
 

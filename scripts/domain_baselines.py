@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from specsparse.drafters import DRAFTERS
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
 from specsparse.study.driver import measure_through_store
-from specsparse.study.runners.local import measure_candidates
+from specsparse.study.runners.local import measure_in_passes
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -46,7 +46,7 @@ def main() -> None:
         for drafter in args.drafters.split(","):
             spec = EvaluationSpec(
                 model=args.model,
-                drafter=Component(f"{DRAFTERS[drafter].__module__}.{DRAFTERS[drafter].__name__}"),
+                drafter=Component(DRAFTERS[drafter]),
                 domain=DomainSpec(domain, args.source, args.path, limit=args.limit),
                 split=args.split,
                 generation=GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=5),
@@ -54,7 +54,7 @@ def main() -> None:
             evaluator = evaluator_for(spec)
             start = time.perf_counter()
             description = evaluator.describe()
-            (m,) = measure_through_store([Candidate()], lambda todo, on_result, spec=spec: measure_candidates(spec, todo, None, on_result),
+            (m,) = measure_through_store([Candidate()], lambda todo, on_measured, e=evaluator: measure_in_passes(e, todo, None, on_measured),
                                          store, evaluator.key, lambda c, d=description: d)
             seconds = time.perf_counter() - start
             metric = "n/a" if m.metric is None else f"{100 * m.metric:.1f}"

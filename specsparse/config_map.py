@@ -6,7 +6,9 @@ One file, written as both YAML and JSON with the same content:
     created: 2025-01-01T00:00:00+00:00
     model: SmolLM2-135M-Instruct
     num_layers: 30
-    drafter: pld
+    drafter:                            # the drafter as the search measured it; serving builds it
+      class_path: specsparse.drafters.pld.PromptLookupDrafter
+      options: {max_ngram_size: 3}
     domains:
       qa:
         skip_layers: [3, 17]            # selected skip set
@@ -34,6 +36,7 @@ from typing import Any
 import yaml
 
 from specsparse import __version__
+from specsparse.types import Component
 from specsparse.util import atomic_write_text, first_line, is_int, is_number, strict_json, utc_now
 
 log = logging.getLogger(__name__)
@@ -82,7 +85,9 @@ class ConfigMap:
     model: str
     num_layers: int
     domains: dict[str, DomainConfig]
-    drafter: str | None = None
+    # The drafter the search measured with; a short name (e.g. "samd") in maps written before maps
+    # recorded the drafter's options.
+    drafter: Component | str | None = None
     created: str = field(default_factory=utc_now)
     specsparse_version: str = __version__
     model_identity: dict[str, Any] | None = None  # the weights' fingerprint (dtype aside) the map was made on
@@ -114,6 +119,12 @@ def _point_dict(p: OperatingPoint) -> dict[str, Any]:
             "modeled_cost": p.modeled_cost}
 
 
+def _drafter_dict(drafter: Component | str | None) -> dict[str, Any] | str | None:
+    if not isinstance(drafter, Component):
+        return drafter
+    return {"class_path": drafter.class_path, "options": json.loads(strict_json(drafter.options))}  # plain data
+
+
 def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
     """Plain dict (lists, no tuples) in file order."""
     return {
@@ -121,7 +132,7 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
         "created": cm.created,
         "model": cm.model,
         "num_layers": cm.num_layers,
-        "drafter": cm.drafter,
+        "drafter": _drafter_dict(cm.drafter),
         "model_identity": cm.model_identity,
         "domains": {
             name: {
@@ -243,6 +254,16 @@ class _Checker:
             routing_prompts=tuple(prompts),
         )
 
+    def drafter(self, v: Any) -> Component | str | None:
+        """{class_path, options}, or the short name of a map of an earlier version."""
+        if v is None or isinstance(v, str):
+            return v
+        v = self.mapping(v, "drafter", {"class_path"}, {"options"})
+        options = v.get("options") or {}
+        if not isinstance(v["class_path"], str) or not isinstance(options, Mapping):
+            raise self.fail("drafter", f"expected a class_path string and an options mapping, got {dict(v)!r}")
+        return Component(v["class_path"], dict(options))
+
     def vocab_ids(self, v: Any, where: str, size: int | None) -> tuple[int, ...] | None:
         if v is None:
             return None
@@ -263,7 +284,7 @@ class _Checker:
         num_layers = v["num_layers"]
         if not (is_int(num_layers) and num_layers >= 1):
             raise self.fail("num_layers", f"expected a positive integer, got {num_layers!r}")
-        for key in ("drafter", "created", "specsparse_version"):
+        for key in ("created", "specsparse_version"):
             if v.get(key) is not None and not isinstance(v[key], str):
                 raise self.fail(key, f"expected a string, got {v[key]!r}")
         domains = v["domains"]
@@ -278,7 +299,7 @@ class _Checker:
             model=v["model"],
             num_layers=num_layers,
             domains=parsed,
-            drafter=v.get("drafter"),
+            drafter=self.drafter(v.get("drafter")),
             created=v.get("created") or "",
             specsparse_version=v.get("specsparse_version") or "",
             model_identity=None if identity is None else dict(identity),
@@ -321,9 +342,9 @@ def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     if len(models) > 1 or mismatch:
         raise ConfigMapError(f"maps of different models cannot be merged: {mismatch or sorted(models)}; "
                              "merge the maps of one model")
-    drafters = {cm.drafter for cm in maps}
-    if len(drafters) > 1:
-        log.warning("merged maps used different drafters %s: the map names %s", sorted(map(str, drafters)), maps[0].drafter)
+    if any(cm.drafter != maps[0].drafter for cm in maps[1:]):
+        log.warning("merged maps used different drafters %s: the map keeps the first",
+                    [_drafter_dict(cm.drafter) for cm in maps])
     domains: dict[str, DomainConfig] = {}
     for cm in maps:
         domains.update(cm.domains)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -21,10 +22,12 @@ from specsparse.config_map import (
 )
 from specsparse.jobs.outputs import domain_config_from_result, write_measurements_csv
 from specsparse.search import BFSSearch
+from specsparse.search.rule import TSSRule
 from specsparse.study.driver import evaluate_callable, run_search
-from specsparse.types import Candidate
+from specsparse.types import Candidate, Component
 
 NUM_LAYERS = 12
+PLD = Component("specsparse.drafters.pld.PromptLookupDrafter", {"max_ngram_size": 2, "min_ngram_size": 2})
 
 
 def sample_map() -> ConfigMap:
@@ -32,7 +35,7 @@ def sample_map() -> ConfigMap:
     return ConfigMap(
         model="SmolLM2-135M-Instruct",
         num_layers=NUM_LAYERS,
-        drafter="pld",
+        drafter=PLD,
         domains={
             "qa": DomainConfig((3, 7), 2.31, 0.52, 2 / NUM_LAYERS, 0.0123, 0.93, None, dense,
                                (OperatingPoint((3,), 2.38, 0.53, 0.0127),)),
@@ -91,6 +94,17 @@ def test_round_trip_property(tmp_path, domains):
     assert load_config_map(y) == cm == load_config_map(j)
 
 
+def test_the_drafter_is_recorded_whole_and_maps_naming_it_only_still_load(tmp_path):
+    y, _ = write_config_map(tmp_path / "m", sample_map())
+    assert yaml.safe_load(y.read_text())["drafter"] == {"class_path": PLD.class_path, "options": PLD.options}
+    corpus = Component("specsparse.drafters.samd.SuffixAutomatonDrafter", {"corpus": ("builtin",)})  # as a job holds it
+    write_config_map(tmp_path / "m", replace(sample_map(), drafter=corpus))
+    assert load_config_map(y).drafter == Component(corpus.class_path, {"corpus": ["builtin"]})
+    earlier = config_map_to_dict(sample_map()) | {"drafter": "pld"}  # before maps recorded the drafter's options
+    (tmp_path / "earlier.yaml").write_text(yaml.safe_dump(earlier))
+    assert load_config_map(tmp_path / "earlier.yaml").drafter == "pld"
+
+
 def _write_with(tmp_path, mutate, suffix=".yaml"):
     data = config_map_to_dict(sample_map())
     mutate(data)
@@ -132,6 +146,8 @@ def _set(path, value):
         (_set(["num_layers"], 0), "num_layers: expected a positive integer"),
         (_set(["model"], KeyError), "top level: missing key 'model'"),
         (_set(["domains"], [1, 2]), "domains: expected a mapping"),
+        (_set(["drafter", "class_path"], KeyError), "drafter: missing key 'class_path'"),
+        (_set(["drafter", "options"], [1]), "drafter: expected a class_path string and an options mapping"),
     ],
 )
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
@@ -175,7 +191,8 @@ def _trap(c: Candidate):
 
 
 def test_from_result_and_measurements_csv(tmp_path):
-    result = run_search(BFSSearch(NUM_LAYERS, max_depth=3), evaluate_callable(_trap), progress=False)
+    rule = TSSRule(max_depth=3, feasibility="point", guard="task")  # the papers' rule: no per-prompt results here
+    result = run_search(BFSSearch(NUM_LAYERS, rule), evaluate_callable(_trap), progress=False)
     cfg = domain_config_from_result("qa", result, NUM_LAYERS)
     assert cfg.skip_layers == (3, 7)
     assert cfg.sparsity == pytest.approx(2 / NUM_LAYERS)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import pytest
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
 from specsparse.decoding.generation import generate_text
-from specsparse.drafters import SuffixAutomatonDrafter
+from specsparse.drafters import DRAFTERS, PromptLookupDrafter, SuffixAutomatonDrafter
 from specsparse.serving.controller import (
     Controller,
     ControllerError,
@@ -18,7 +19,7 @@ from specsparse.serving.controller import (
     drafter_factory,
 )
 from specsparse.serving.router import HiddenStateRouter, TfidfRouter, builtin_prompts, load_router
-from specsparse.types import GenerationConfig
+from specsparse.types import Component, GenerationConfig
 
 TRANSLATION = "Translate German to English: Der Hund schläft im Garten unter dem alten Baum."
 MATH = "A baker sells 12 muffins per tray and bakes 7 trays. How many muffins does she bake in total?"
@@ -31,7 +32,7 @@ def domain_config(skip: tuple[int, ...], vocab_size: int | None = None) -> Domai
 
 def make_map(num_layers: int = 4, **domains: DomainConfig) -> ConfigMap:
     domains = domains or {"translation": domain_config((1,)), "math": domain_config((2, 3))}
-    return ConfigMap(model="tiny", num_layers=num_layers, domains=domains, drafter="samd")
+    return ConfigMap(model="tiny", num_layers=num_layers, domains=domains, drafter=Component(DRAFTERS["samd"]))
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +131,39 @@ def test_prompt_too_long(tiny, map_file):
         limited.generate(TRANSLATION, max_new_tokens=4)
     with pytest.raises(PromptTooLongError, match="context"):
         limited.encode("x", max_new_tokens=10_000)
+
+
+# -- the drafter the search measured ---------------------------------------------------------------
+def test_serving_builds_the_drafter_a_job_measured(tmp_path):
+    """A job's config map records its drafter's class and options; serving builds exactly that drafter."""
+    from specsparse.jobs.job import run_job
+    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+    from specsparse.study.runners.local import LocalRunner
+    from specsparse.study.store import ResultsStore
+
+    pld = Component(DRAFTERS["pld"], {"max_ngram_size": 2, "min_ngram_size": 2})  # not its defaults
+    spec = EvaluationSpec(model="tiny", drafter=pld, domain=DomainSpec("translation", limit=6),
+                          generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
+    search = Component("specsparse.search.bfs.BFSSearch")
+    with ResultsStore(tmp_path / "store.sqlite") as store:
+        run_job(spec, search, LocalRunner(progress=False), store, tmp_path / "job", max_measurements=2,
+                evaluate_test=False, progress=False)
+    controller = Controller.from_files(model="tiny", config_map=tmp_path / "job" / "config_map.yaml",
+                                       router_examples=None)
+    assert set(controller._drafters) == {None, "translation"}
+    for drafter in controller._drafters.values():
+        assert isinstance(drafter, PromptLookupDrafter) and (drafter.max_ngram_size, drafter.min_ngram_size) == (2, 2)
+
+
+def test_a_map_naming_its_drafter_only_serves_its_defaults_and_says_so(tmp_path, caplog):
+    path, _ = write_config_map(tmp_path / "earlier", dataclasses.replace(make_map(), drafter="pld"))
+    with caplog.at_level(logging.WARNING, logger="specsparse.serving.controller"):
+        controller = Controller.from_files(model="tiny", config_map=path, router_examples=None)
+    drafter = controller._drafters["math"]
+    assert isinstance(drafter, PromptLookupDrafter) and drafter.max_ngram_size == PromptLookupDrafter().max_ngram_size
+    assert sum("names its drafter only" in r.getMessage() for r in caplog.records) == 1
+    named = Controller.from_files(model="tiny", config_map=path, router_examples=None, drafter="samd")
+    assert isinstance(named._drafters["math"], SuffixAutomatonDrafter)  # a named drafter overrides the map's
 
 
 # -- lossless routing ------------------------------------------------------------------------------
@@ -262,10 +296,10 @@ def test_a_map_made_for_another_model_is_refused_unless_forced(tiny):
 def test_cli_generate_with_an_eagle_head(map_file, capsys, tmp_path):
     from specsparse.cli import main
     from specsparse.decoding.models import tiny_model
-    from specsparse.drafters.eagle import EagleHead
-    from specsparse.drafters.eagle_training import head_config
+    from specsparse.drafters.eagle_checkpoint import save_eagle_head
+    from specsparse.drafters.eagle_head import EagleHead, head_config
 
-    EagleHead(head_config(tiny_model().model.config)).save(tmp_path / "eagle")
+    save_eagle_head(EagleHead(head_config(tiny_model().model.config)), tmp_path / "eagle")
     args = ["generate", "--config-map", str(map_file), "--model", "tiny", "--max-new-tokens", "6", "--domain", "math"]
     assert main([*args, "--drafter", "eagle", "--drafter-path", str(tmp_path / "eagle"), MATH]) == 0
     assert main([*args, "--drafter", "none", MATH]) == 0

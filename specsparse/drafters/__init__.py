@@ -8,9 +8,10 @@ from specsparse.drafters.recycling import TokenRecyclingDrafter
 from specsparse.drafters.samd import SuffixAutomatonDrafter
 from specsparse.drafters.self_skip import SelfSkipDrafter
 
-# The drafters by short name (`specsparse generate --drafter NAME`); configs name them by dotpath.
-DRAFTERS: dict[str, type[Drafter]] = {
-    cls.name: cls
+# Short drafter names to class dotpaths, for where a name stands for a drafter config: `specsparse
+# serve --drafter NAME`, and config maps written before maps recorded their drafter's config.
+DRAFTERS: dict[str, str] = {
+    cls.name: f"{cls.__module__}.{cls.__qualname__}"
     for cls in (PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter, SelfSkipDrafter, DraftModelDrafter,
                 EagleDrafter)
 }

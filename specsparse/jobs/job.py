@@ -5,6 +5,8 @@ the held-out test split, and write the domain config map, the measured configura
     job = run_plan(plan)                          # runner, logger, reproduce.json around run_job
     results_table(job)                            # the text run.py prints (specsparse.jobs.outputs)
 
+A finished job is a `JobResult` (specsparse.jobs.result); `specsparse.jobs.outputs` writes it.
+
 The runner measures (`specsparse.study.runners`); the search driver serves and stores measurements
 through the results store; everything is written from this process, so results do not depend on
 which runner measured them.
@@ -15,199 +17,25 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsparse.data.corpus import corpus_domains
-from specsparse.drafters.eagle_training import recipe_from_options, training_domains
 from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
+from specsparse.jobs.result import JobResult
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
-from specsparse.measuring.fidelity import NAME as FIDELITY
-from specsparse.measuring.fidelity import fidelity_interval
-from specsparse.measuring.intervals import comparison, paired_ratios
 from specsparse.measuring.timing import SideBySide, time_side_by_side
-from specsparse.metrics import SCALE, metric_description
-from specsparse.search.base import TASK_GUARD, SearchResult
-from specsparse.search.random import draw_statistics
-from specsparse.study.driver import OnMeasurement, measure_through_store, run_search
+from specsparse.search.base import SearchResult
+from specsparse.search.rule import TSSRule
+from specsparse.study.driver import OnTold, measure_through_store, run_search
 from specsparse.study.runners import Runner
-from specsparse.study.store import ResultsStore, measurement_to_dict
+from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, Measurement
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class JobResult:
-    domain: str
-    search_result: SearchResult
-    test_dense: Measurement | None
-    test_selected: Measurement | None
-    output_dir: Path
-    wall_time_s: float
-    num_layers: int = 0
-    description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
-    timing: SideBySide | None = None  # plain decoding, dense and selected on the test split, side by side
-    eps_metric: float = 0.05  # the search's metric tolerance, which the held-out verdict applies too
-    metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
-    guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
-    draws_test: list[Measurement] | None = None  # random search: every draw on the test split
-    vocab_comparison: dict[str, Any] | None = None  # `specsparse.jobs.vocab_comparison.compare_vocabularies`
-
-    def summary(self) -> dict[str, Any]:
-        """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on
-        the 0-100 scale `metric` names; fields named modeled_* come from the cost profile, measured_*
-        from the engine, timed side by side in this process."""
-        s = self.search_result
-        timing = self.timing
-        return {
-            "domain": self.domain,
-            "strategy": s.strategy,
-            "metric": metric_description(self.metric),
-            "guard": {**self.guard, "eps_metric": self.eps_metric},
-            "selected_skip_layers": list(s.selected.skip_layers),
-            "selected_vocab_size": s.selected.vocab_size,
-            "calibration": {"dense": _numbers(s.dense), "selected": _numbers(s.selected_measurement)},
-            "test": {"dense": _numbers(self.test_dense), "selected": _numbers(self.test_selected)},
-            "intervals": {"calibration": _intervals(s.dense, s.selected_measurement),
-                          "test": _intervals(self.test_dense, self.test_selected)},
-            "fidelity": {"name": FIDELITY, "scale": "0-100",
-                         "calibration": _fidelity(s.dense, s.selected_measurement),
-                         "test": _fidelity(self.test_dense, self.test_selected)},
-            "measured_speedup_test": _speedup(timing, "selected", "dense", 0),
-            "measured_speedup_test_interval": _speedup(timing, "selected", "dense", slice(1, 3)),
-            "modeled_speedup_test": _ratio(self.test_selected, self.test_dense, "modeled_tokens_per_s"),
-            "measured_speedup_test_vs_plain": _speedup(timing, "selected", "plain", slice(0, 3)),
-            "measured_speedup_dense_vs_plain": _speedup(timing, "dense", "plain", slice(0, 3)),
-            "measured_plain_tokens_per_s_test": None if timing is None else timing.tokens_per_s[0],
-            "measured_timing_test": None if timing is None else timing.as_dict(),
-            "held_out": self.held_out(),
-            "search_cost": {
-                "configurations_measured": s.n_measured,
-                "cache_hits": s.n_cache_hits,
-                "target_forwards": s.target_forwards,
-                "wall_time_s": s.wall_time_s,
-            },
-            "random_draws": self.random_draws(),
-            "alternatives": [list(c.skip_layers) for c, _ in s.alternatives],
-            "notes": list(s.notes),
-            "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
-            "vocab_corpus": self.vocab_corpus(),
-            "vocab_comparison": self.vocab_comparison,
-            "job_wall_time_s": self.wall_time_s,
-        }
-
-    def random_draws(self) -> dict[str, Any] | None:
-        """Random search: mean, min and max over its draws (metric on 0-100) on both splits; the pick is
-        the best draw, which the rest of the summary describes."""
-        draws = self.search_result.info.get("draws")
-        if not draws:
-            return None
-        measured = dict(self.search_result.history)
-        calibration = [measured[Candidate(tuple(d))] for d in draws]
-        return {"draws": len(draws), "best_draw": self.search_result.info["best_draw"],
-                "calibration": _draw_statistics(calibration),
-                "test": None if self.draws_test is None else _draw_statistics(self.draws_test)}
-
-    def vocab_corpus(self) -> dict[str, Any] | None:
-        """For a vocabulary search: the corpus the kept ids were counted on, the domains it holds,
-        and whether this job's domain is among them (in domain) or not (out of domain)."""
-        if self.search_result.strategy not in ("tpe_vocab", "joint_vocab"):
-            return None
-        entries = list(self.description.get("vocab_corpus") or ())
-        train = (self.description.get("drafter") or {}).get("options", {}).get("train")
-        drafter_domains = None if not train else training_domains(recipe_from_options(train))
-        domains = corpus_domains(entries, self.domain, drafter_domains)
-        return {"entries": entries, "domains": None if domains is None else sorted(domains),
-                "in_domain": None if domains is None else self.domain in domains}
-
-    def held_out(self) -> dict[str, Any]:
-        """Whether the selection held on the test split, judged by intervals, never point estimates:
-        the measured speedup over dense, the task metric's ratio to dense (against 1 - eps_metric)
-        and the replies' fidelity to dense (against min_fidelity), each where the search's guard used
-        it. A check *held* when its whole 95% interval clears its threshold, *did not hold* when the
-        whole interval misses it, and is *inconclusive* otherwise; the verdict is the worst check.
-        "dense kept": nothing to verify; "not evaluated": no test evaluation."""
-        s = self.search_result
-        if s.selected == s.baseline:
-            return {"verdict": DENSE_KEPT, "reasons": ["the search kept the dense target"], "checks": {}}
-        if self.timing is None or self.test_dense is None or self.test_selected is None:
-            return {"verdict": "not evaluated", "reasons": ["no test evaluation (evaluate_test=false)"], "checks": {}}
-        checks = {"speedup": _check("measured speedup over dense", self.timing.speedup("selected", "dense"),
-                                    1.0, strictly=True)}
-        ratios = paired_ratios(self.test_dense, self.test_selected)
-        if self.guard.get("task_metric") and ratios is not None and ratios.metric is not None:
-            checks["metric"] = _check("metric / dense metric", ratios.metric.as_list(), 1 - self.eps_metric)
-        fidelity = _fidelity(self.test_dense, self.test_selected)
-        if self.guard.get("fidelity") and fidelity is not None:
-            checks["fidelity"] = _check(f"fidelity ({FIDELITY})", fidelity, self.guard["min_fidelity"])
-        states = {c["state"] for c in checks.values()}
-        verdict = next(v for v in (DID_NOT_HOLD, INCONCLUSIVE, HELD) if v in states)
-        return {"verdict": verdict, "reasons": [c["text"] for c in checks.values() if c["state"] != HELD],
-                "checks": checks}
-
-
-HELD, INCONCLUSIVE, DID_NOT_HOLD, DENSE_KEPT = "held", "inconclusive", "did not hold", "dense kept"
-
-
-def _check(label: str, values: list[float] | None, threshold: float, strictly: bool = False) -> dict[str, Any]:
-    """One held-out check: [point, low, high] against `threshold` (`strictly` above it, or at least)."""
-    if values is None:
-        return {"state": INCONCLUSIVE, "text": f"{label}: not measured", "interval": None, "threshold": threshold}
-    point, low, high = values
-    clears = (lambda x: x > threshold) if strictly else (lambda x: x >= threshold)
-    state = HELD if clears(low) else DID_NOT_HOLD if not clears(high) else INCONCLUSIVE
-    needs = ">" if strictly else ">="
-    text = f"{label} {point:.2f} [{low:.2f}-{high:.2f}] {state} (needs {needs} {threshold:.2f} over the whole interval)"
-    return {"state": state, "text": text, "interval": [point, low, high], "threshold": threshold}
-
-
-def _draw_statistics(measurements: list[Measurement]) -> dict[str, Any]:
-    stats = draw_statistics(measurements)
-    if stats["metric_of_draws"] is not None:
-        stats["metric_of_draws"] = {k: SCALE * v for k, v in stats["metric_of_draws"].items()}
-    return stats
-
-
-def _numbers(m: Measurement | None) -> dict[str, Any] | None:
-    """A measurement's totals as written: metric on the 0-100 scale, no per-prompt detail, and no
-    wall time (a batched pass measures many configurations at once: none has a wall time of its own)."""
-    if m is None:
-        return None
-    numbers = {k: v for k, v in measurement_to_dict(m).items() if k not in ("per_prompt", "wall_time_s", "draft_time_s")}
-    numbers["metric"] = None if m.metric is None else SCALE * m.metric
-    return numbers
-
-
-def _intervals(dense: Measurement | None, selected: Measurement | None) -> dict[str, Any] | None:
-    """`comparison` with the metric intervals on the 0-100 scale (ratios need no scale)."""
-    intervals = comparison(dense, selected)
-    if intervals is not None:
-        for key in ("metric_dense", "metric_selected"):
-            if intervals[key] is not None:
-                intervals[key] = [SCALE * v for v in intervals[key]]
-    return intervals
-
-
-def _fidelity(dense: Measurement | None, selected: Measurement | None) -> list[float] | None:
-    interval = None if dense is None or selected is None else fidelity_interval(dense, selected)
-    return None if interval is None else interval.as_list()
-
-
-def _speedup(timing: SideBySide | None, label: str, over: str, part: int | slice) -> Any:
-    values = None if timing is None else timing.speedup(label, over)
-    return None if values is None else values[part]
-
-
-def _ratio(a: Measurement | None, b: Measurement | None, field_name: str) -> float | None:
-    if a is None or b is None or not getattr(b, field_name):
-        return None
-    return getattr(a, field_name) / getattr(b, field_name)
 
 
 def run_job(
@@ -218,7 +46,7 @@ def run_job(
     output_dir: Path,
     max_measurements: int | None = None,
     evaluate_test: bool = True,
-    on_measurement: OnMeasurement | None = None,
+    on_told: OnTold | None = None,
     progress: bool = True,
     timing_prompts: int | None = 24,
     vocab_comparison: VocabComparisonSpec | None = None,
@@ -228,12 +56,12 @@ def run_job(
     start = time.perf_counter()
     calibration = evaluator_for(spec.with_split("calibration"))
     try:
-        strategy = search.cls.from_evaluator(calibration, **search.options)
+        strategy = search.build(evaluator=calibration)
     except (TypeError, ValueError) as err:  # option values only a model and its data can check
         raise ConfigError(f"search {search.name}: {first_line(err)}") from None
 
-    def evaluate_batch(candidates: list[Candidate], on_result) -> list[Measurement]:
-        return runner.evaluate_batch(calibration.spec, candidates, strategy.feasibility_thresholds(), on_result)
+    def evaluate_batch(candidates: list[Candidate], on_measured) -> list[Measurement]:
+        return runner.evaluate_batch(calibration, candidates, strategy.feasibility_thresholds(), on_measured)
 
     description = calibration.describe()
     result = run_search(
@@ -244,8 +72,8 @@ def run_job(
         key_fn=lambda c: calibration.key(c, strategy.feasibility_thresholds()),
         meta_fn=lambda c: {**description, "search": search.name},
         progress=progress,
-        on_measurement=on_measurement,
-        price=lambda c, m: runner.price(calibration.spec, c, m),  # store hits, as the runner prices
+        on_told=on_told,
+        price=lambda c, m: runner.price(calibration, c, m),  # store hits, as the runner prices
     )
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
@@ -258,7 +86,7 @@ def run_job(
             draws_test = measure_on_test(spec, [Candidate(tuple(d)) for d in result.info["draws"]], runner, store)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
                     time.perf_counter() - start, calibration.target.num_layers, description, timing,
-                    float(search.options.get("eps_metric", 0.05)), calibration.domain.metric, strategy.quality_guard(),
+                    search.options.get("rule", TSSRule()).eps_metric, calibration.domain.metric, strategy.quality_guard(),
                     draws_test, compared)
     test_examples = evaluator_for(spec.with_split("test")).examples if evaluate_test else ()
     write_job_outputs(job, calibration, test_examples)
@@ -289,14 +117,13 @@ def evaluate_on_test(
 
 def measure_on_test(spec: EvaluationSpec, candidates: list[Candidate], runner: Runner,
                     store: ResultsStore) -> list[Measurement]:
-    """`candidates` measured on the test split, through the store, priced by the runner."""
+    """`candidates` measured on the test split, through the store (store hits priced by the runner)."""
     test = evaluator_for(spec.with_split("test"))
     description = test.describe()
-    measured = measure_through_store(
-        candidates, lambda todo, on_result: runner.evaluate_batch(test.spec, todo, None, on_result),
-        store, test.key, lambda c: description,
+    return measure_through_store(
+        candidates, lambda todo, on_measured: runner.evaluate_batch(test, todo, None, on_measured),
+        store, test.key, lambda c: description, price=lambda c, m: runner.price(test, c, m),
     )
-    return [runner.price(test.spec, c, m) for c, m in zip(candidates, measured)]
 
 
 def run_plan(plan: JobPlan) -> JobResult:
@@ -329,7 +156,7 @@ def run_plan(plan: JobPlan) -> JobResult:
             )
         job = run_job(
             plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,
-            on_measurement=logger.on_measurement if logger is not None else None, progress=plan.progress,
+            on_told=logger.on_measurement if logger is not None else None, progress=plan.progress,
             timing_prompts=plan.timing_prompts, vocab_comparison=plan.vocab_comparison,
         )
         identity = job.description

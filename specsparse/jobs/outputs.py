@@ -23,7 +23,7 @@ from specsparse.util import atomic_write_text, strict_json
 
 if TYPE_CHECKING:
     from specsparse.data import Example
-    from specsparse.jobs.job import JobResult
+    from specsparse.jobs.result import JobResult
     from specsparse.measuring.evaluation import Evaluator
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def write_job_outputs(job: JobResult, calibration: Evaluator, test_examples: Seq
             domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids),
             routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration.examples),  # as builtin_prompts
         )},
-        drafter=calibration.spec.drafter.name,
+        drafter=calibration.spec.drafter,  # class and options, as measured: serving builds it
         model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
     )
     write_config_map(out / "config_map", config_map)

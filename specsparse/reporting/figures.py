@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specsparse.types import recorded_class_path
+
 
 def new_figure(width: float = 6.0, height: float = 4.5):
     from matplotlib.figure import Figure  # noqa: PLC0415 - no pyplot: no GUI backend, thread-safe
@@ -76,7 +78,7 @@ def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
         for row in rows:
             if row.get("candidate.skip_layers") != () or row.get("candidate.vocab_size") is not None:
                 continue
-            drafter = str(row.get("drafter.target", "")).rsplit(".", 1)[-1]
+            drafter = str(recorded_class_path(row, "drafter.") or "").rsplit(".", 1)[-1]
             key = (str(row.get("model")), drafter, str(row.get("domain.name")))
             if key not in latest or row["created"] >= latest[key]["created"]:
                 latest[key] = row

@@ -3,6 +3,8 @@
 A request is mapped to a domain (explicit tag, else the router), and that domain's skip set (and
 trimmed draft vocabulary, when known) is applied for the whole request. Skip sets are applied per
 forward on the same weights (see `skipping.py`), so switching domains needs no reload and no copy.
+The drafter is the one the config map records, class and options as the search measured with it
+(`from_files`).
 
 Routing rules, in order:
 1. A `domain` tag naming a domain of the config map wins (routed_by="tag").
@@ -29,7 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ from specsparse.serving.router import (
     prompts_from_jsonl,
     routing_text,
 )
-from specsparse.types import GenerationConfig, GenerationResult
+from specsparse.types import Component, GenerationConfig, GenerationResult
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ Prompt = str | Sequence[Mapping[str, Any]]
 DrafterFactory = Callable[[LoadedModel, list[int] | None], Drafter | None]
 
 DEFAULT_MIN_CONFIDENCE = 0.6  # below it the dense target serves (routing accuracy: BENCHMARKS.md)
+DEFAULT_DRAFTER = "samd"  # for a config map that records no drafter
 
 
 class ControllerError(ValueError):
@@ -102,16 +105,18 @@ class ControllerResult:
     generation: GenerationResult = field(compare=False, repr=False)
 
 
-def drafter_factory(name: str, **options: Any) -> DrafterFactory:
-    """A factory building drafter `name` ("pld", "samd", "recycling", "self_skip", "draft_model",
-    "eagle", or "none" for plain decoding) with `options` for its `from_target`."""
-    if name == "none":
+def drafter_factory(drafter: Component | str, **options: Any) -> DrafterFactory:
+    """A factory building `drafter` for a target and its trimmed vocabulary ids: a drafter config (as
+    a config map records it) or a short name ("pld", "samd", "recycling", "self_skip", "draft_model",
+    "eagle", or "none" for plain decoding), with `options` over the config's own."""
+    if drafter == "none":
         return lambda target, vocab_ids: None
-    try:
-        cls = DRAFTERS[name]
-    except KeyError:
-        raise ControllerError(f"unknown drafter {name!r}: use one of {', '.join([*DRAFTERS, 'none'])}") from None
-    return lambda target, vocab_ids: cls.from_target(target, vocab_ids, **options)
+    if isinstance(drafter, str):
+        if drafter not in DRAFTERS:
+            raise ControllerError(f"unknown drafter {drafter!r}: use one of {', '.join([*DRAFTERS, 'none'])}")
+        drafter = Component(DRAFTERS[drafter])
+    drafter = replace(drafter, options={**drafter.options, **options})
+    return lambda target, vocab_ids: drafter.build(target=target, vocab_ids=vocab_ids)
 
 
 class Controller:
@@ -164,7 +169,7 @@ class Controller:
         cls,
         model: str = "smollm2-135m",
         config_map: str | os.PathLike = "config_map.yaml",
-        drafter: str = "samd",
+        drafter: str | None = None,
         dtype: str = "float32",
         router_examples: str | os.PathLike | None = "map",
         router_kind: str = "tfidf",
@@ -174,8 +179,12 @@ class Controller:
         drafter_options: Mapping[str, Any] | None = None,
         force_map: bool = False,
     ) -> Controller:
-        """Load the target and the config map, and build the router.
+        """Load the target and the config map, and build the drafter and the router.
 
+        drafter: None serves the drafter the config map records, as the search measured it (a map of
+            an earlier version names it only: its default options, said once); a short name
+            ("pld", ..., "none") serves that drafter instead.
+        drafter_options: options over the drafter's (e.g. another checkpoint `path`).
         router_examples: "map" (fit on the calibration prompts the config map records for its domains,
             the search's own data, plus the built-in calibration prompts of the built-in domains it
             lacks, so their requests are recognised and served dense), "builtin" (fit on the
@@ -186,7 +195,10 @@ class Controller:
         force_map: apply a map that records another model's identity (otherwise an error).
         """
         cmap = load_config_map(config_map)
-        factory = drafter_factory(drafter, **(drafter_options or {}))
+        if drafter is None and isinstance(cmap.drafter, str):
+            log.warning("%s names its drafter only (%r, written by an earlier version): serving it with its "
+                        "default options, which may not be those the search measured with", config_map, cmap.drafter)
+        factory = drafter_factory(drafter or cmap.drafter or DEFAULT_DRAFTER, **(drafter_options or {}))
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype)
         controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map)  # checks the map
@@ -231,7 +243,7 @@ class Controller:
         self,
         prompt: Prompt,
         domain: str | None = None,
-        max_new_tokens: int = 128,
+        max_new_tokens: int = GenerationConfig.max_new_tokens,
         num_draft_tokens: int = 5,
         draft_length: str = "fixed",
         temperature: float = 0.0,

@@ -20,15 +20,11 @@ import pytest
 import torch
 
 from specsparse.jobs.job import run_job
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
+from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
-from specsparse.study.runners.ray import (
-    RayResourceError,
-    RayRunner,
-    spec_from_dict,
-    spec_to_dict,
-    stop_orphaned_local_rays,
-)
+from specsparse.study.runners.ray import RayResourceError, RayRunner, stop_orphaned_local_rays
+from specsparse.study.runners.ray_worker import spec_from_dict, spec_to_dict
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -38,7 +34,8 @@ SPEC = EvaluationSpec(
     domain=DomainSpec("translation", limit=10),
     generation=GenerationConfig(max_new_tokens=16),
 )
-SEARCH = Component("specsparse.search.bfs.BFSSearch", {"max_depth": 2, "max_pool": 4})
+SEARCH = Component("specsparse.search.bfs.BFSSearch",
+                   {"rule": TSSRule(max_depth=2, max_pool=4, feasibility="point", guard="task")})
 
 
 @pytest.fixture
@@ -89,8 +86,8 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
 
         # Measurements come back in candidate order (duplicates included) and are reported one by one.
         batch = [Candidate((2,)), Candidate(), Candidate((2,))]
-        out = runner.evaluate_batch(SPEC, batch, on_result=lambda c, m: reported.append(c))
-        expected = LocalRunner(progress=False).evaluate_batch(SPEC, batch)
+        out = runner.evaluate_batch(evaluator_for(SPEC), batch, on_measured=lambda c, m: reported.append(c))
+        expected = LocalRunner(progress=False).evaluate_batch(evaluator_for(SPEC), batch)
         assert [(m.accept_length, m.metric) for m in out] == [(m.accept_length, m.metric) for m in expected]
         assert sorted(reported, key=lambda c: c.skip_layers) == [Candidate(), Candidate((2,))]
 
@@ -216,7 +213,7 @@ def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_toke
 
 
 def test_pip_from_pyproject_reads_the_project_dependencies(tmp_path):
-    from specsparse.cli import pyproject_dependencies
+    from specsparse.cli.submit import pyproject_dependencies
 
     dependencies = pyproject_dependencies(Path(__file__).resolve().parents[1])
     assert "hydra-core>=1.3" in dependencies and any(d.startswith("tomli") and "3.11" in d for d in dependencies)

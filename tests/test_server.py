@@ -153,7 +153,7 @@ def test_fields_standard_clients_send_are_accepted(server):
 
 
 def test_stop_filter_holds_back_what_may_start_a_stop_string():
-    from specsparse.serving.server import StopFilter
+    from specsparse.serving.streaming import StopFilter
 
     stops = StopFilter(("END", "\n\n"))
     # A tail of len("END") - 1 characters waits; "END" split over pieces is never sent.

@@ -56,7 +56,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from specsparse.serving.controller import Controller, ControllerResult, PromptTooLongError, UnknownDomainError
-from specsparse.util import is_int, is_number
+from specsparse.serving.openai_api import ApiError, ApiRequest, check_unicode, invalid_request, parse_request, response_body
+from specsparse.serving.request_reader import HeadersTooLargeError, RequestReader
+from specsparse.serving.streaming import StopFilter, StreamWriter
+from specsparse.types import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,39 +67,6 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_HEADER_BYTES = 32 * 1024  # request line plus headers
 LINGER_S = 1.0  # how long a closing socket waits for the client to finish sending (see shutdown_request)
 MAX_REFUSING = 64  # refused sockets answered (503) at once; beyond, they are closed without an answer
-ROLES = ("system", "user", "assistant")
-MAX_STOP_STRINGS = 4
-# OpenAI fields accepted only with the value that asks for nothing this server lacks (null too).
-NEUTRAL: dict[str, Any] = {"n": 1, "best_of": 1, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0,
-                           "logprobs": False, "top_logprobs": 0, "echo": False, "logit_bias": {}}
-COMMON_FIELDS = {"model", "max_tokens", "max_completion_tokens", "temperature", "stream", "stream_options", "stop",
-                 "seed", "user", "domain", *NEUTRAL}
-
-
-class ApiError(Exception):
-    """An error answered as OpenAI-style JSON with an HTTP status."""
-
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-@dataclass(frozen=True)
-class ApiRequest:
-    """A validated generation request. prompt: a string (completions) or chat messages."""
-
-    prompt: str | list[dict[str, str]]
-    max_tokens: int
-    temperature: float
-    stream: bool
-    seed: int
-    domain: str | None
-    stop: tuple[str, ...] = ()
-    include_usage: bool = False  # streaming: usage in a final chunk of its own
 
 
 @dataclass(frozen=True)
@@ -105,7 +75,7 @@ class ServerSettings:
 
     model_name: str
     max_queue: int = 8
-    default_max_tokens: int = 128
+    default_max_tokens: int = GenerationConfig.max_new_tokens
     max_tokens_limit: int = 1024
     num_draft_tokens: int = 5
     draft_length: str = "fixed"
@@ -114,264 +84,6 @@ class ServerSettings:
     max_connections: int = 128  # open client sockets at once (more get 503)
     max_client_connections: int = 8  # open sockets per client address (more get 503)
 
-
-def _invalid(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param)
-
-
-def parse_request(body: dict[str, Any], kind: str, settings: ServerSettings) -> ApiRequest:
-    """Validate a decoded JSON body of a "chat" or "completion" request; raises ApiError (400)."""
-    prompt_field = "messages" if kind == "chat" else "prompt"
-    unknown = sorted(set(body) - COMMON_FIELDS - {prompt_field})
-    if unknown:
-        raise _invalid(f"unknown field {unknown[0]!r}: supported fields are "
-                       f"{', '.join(sorted(COMMON_FIELDS | {prompt_field}))}", unknown[0])
-    for name, neutral in NEUTRAL.items():
-        value = body.get(name)
-        if value is not None and not (value == neutral and isinstance(value, bool) == isinstance(neutral, bool)):
-            raise _invalid(f"{name}={json.dumps(value)} is not supported: this server only takes "
-                           f"{name}={json.dumps(neutral)} (or null)", name)
-    if prompt_field not in body:
-        raise _invalid(f"missing required field {prompt_field!r}", prompt_field)
-    prompt = _messages(body["messages"]) if kind == "chat" else body["prompt"]
-    if kind == "completion" and not isinstance(prompt, str):
-        raise _invalid("'prompt' must be a string", "prompt")
-    for name in ("model", "user"):
-        if body.get(name) is not None and not isinstance(body[name], str):
-            raise _invalid(f"'{name}' must be a string", name)
-    max_tokens, alias = body.get("max_tokens"), body.get("max_completion_tokens")
-    if max_tokens is not None and alias is not None and max_tokens != alias:
-        raise _invalid(f"'max_tokens' ({max_tokens!r}) and its alias 'max_completion_tokens' ({alias!r}) differ",
-                       "max_completion_tokens")
-    name = "max_tokens" if max_tokens is not None or alias is None else "max_completion_tokens"
-    max_tokens = alias if max_tokens is None else max_tokens
-    max_tokens = min(settings.default_max_tokens, settings.max_tokens_limit) if max_tokens is None else max_tokens
-    if not is_int(max_tokens) or not 1 <= max_tokens <= settings.max_tokens_limit:
-        limit = settings.max_tokens_limit
-        raise _invalid(f"'{name}' must be an integer in [1, {limit}], got {max_tokens!r}", name)
-    temperature = body.get("temperature", 0.0)
-    temperature = 0.0 if temperature is None else temperature
-    if not is_number(temperature) or not 0 <= temperature <= 2:
-        raise _invalid(f"'temperature' must be a number in [0, 2], got {temperature!r}", "temperature")
-    stream = body.get("stream", False)
-    stream = False if stream is None else stream
-    if not isinstance(stream, bool):
-        raise _invalid(f"'stream' must be a boolean, got {stream!r}", "stream")
-    options = {} if body.get("stream_options") is None else body["stream_options"]
-    if not isinstance(options, dict) or set(options) - {"include_usage"} or \
-            not isinstance(options.get("include_usage", False), bool | None):
-        raise _invalid(f"'stream_options' must be an object {{\"include_usage\": bool}}, got {options!r}",
-                       "stream_options")
-    seed = body.get("seed", 0)
-    seed = 0 if seed is None else seed
-    if not is_int(seed) or not -(2**63) <= seed < 2**63:
-        raise _invalid(f"'seed' must be a 64-bit integer, got {seed!r}", "seed")
-    domain = body.get("domain")
-    if domain is not None and not isinstance(domain, str):
-        raise _invalid(f"'domain' must be a string, got {domain!r}", "domain")
-    return ApiRequest(prompt, max_tokens, float(temperature), stream, seed, domain, _stop(body.get("stop")),
-                      stream and bool(options.get("include_usage")))
-
-
-def _stop(value: Any) -> tuple[str, ...]:
-    stops = [value] if isinstance(value, str) else [] if value is None else value
-    if not isinstance(stops, list) or len(stops) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in stops):
-        raise _invalid(f"'stop' must be a non-empty string or a list of at most {MAX_STOP_STRINGS} non-empty "
-                       f"strings, got {value!r}", "stop")
-    return tuple(stops)
-
-
-def _messages(value: Any) -> list[dict[str, str]]:
-    if not isinstance(value, list) or not value:
-        raise _invalid("'messages' must be a non-empty list of {role, content} objects", "messages")
-    messages = []
-    for i, message in enumerate(value):
-        if not isinstance(message, dict):
-            raise _invalid(f"messages[{i}] must be an object", "messages")
-        extra = sorted(set(message) - {"role", "content", "name"})
-        if extra:
-            raise _invalid(f"messages[{i}] has unknown field {extra[0]!r}", "messages")
-        if message.get("role") not in ROLES:
-            roles = ", ".join(ROLES)
-            raise _invalid(f"messages[{i}].role must be one of {roles}, got {message.get('role')!r}", "messages")
-        content = message.get("content")
-        if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
-                                             and isinstance(part.get("text"), str) for part in content):
-            content = "\n".join(part["text"] for part in content)  # text parts, as vLLM joins them
-        if not isinstance(content, str):
-            raise _invalid(f"messages[{i}].content must be a string or a list of text parts", "messages")
-        messages.append({"role": message["role"], "content": content})
-    if messages[-1]["role"] == "assistant":
-        raise _invalid("the last message must come from the user or the system", "messages")
-    return messages
-
-
-def _check_unicode(body: dict[str, Any]) -> None:
-    """JSON can carry lone surrogates ("\\ud800") that no tokenizer can encode: 400 naming the field."""
-    for key, value in body.items():
-        try:
-            json.dumps([key, value], ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise _invalid(f"field {key!r} holds text that is not valid Unicode (a lone surrogate such as "
-                           "\\ud800 that no UTF-8 encoding exists for)", key) from None
-
-
-class StopFilter:
-    """Cuts a reply before the first occurrence of any stop string, fed piece by piece: `feed` returns
-    the text safe to send now, holding back a tail as long as the longest stop string minus one (it
-    may be the start of one); `flush` returns the held tail at the end. Fed the whole text at once,
-    the cut is at the earliest occurrence; streamed, it can only differ when one stop string contains
-    another after its first character."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self.stops = stops
-        self.hold = max((len(s) for s in stops), default=1) - 1
-        self.pending = ""
-        self.stopped = False
-
-    def feed(self, piece: str) -> str:
-        if self.stopped:
-            return ""
-        self.pending += piece
-        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
-        if found:
-            self.stopped = True
-            return self.pending[:min(found)]
-        keep = max(len(self.pending) - self.hold, 0)
-        sent, self.pending = self.pending[:keep], self.pending[keep:]
-        return sent
-
-    def flush(self) -> str:
-        tail, self.pending = ("" if self.stopped else self.pending), ""
-        return tail
-
-
-def extension(result: ControllerResult) -> dict[str, Any]:
-    """The `specsparse` object of a response."""
-    return {
-        "domain": result.domain,
-        "routed_by": result.routed_by,
-        "confidence": round(result.confidence, 4),
-        "reason": result.reason,
-        "skip_layers": list(result.skip_layers),
-        "vocab_size": result.vocab_size,
-        "accept_length": round(result.accept_length, 4),
-        "tokens_per_s": round(result.tokens_per_s, 2),
-        "routing_ms": round(result.routing_ms, 3),
-        "total_ms": round(result.total_ms, 2),
-    }
-
-
-def usage(result: ControllerResult) -> dict[str, int]:
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.new_tokens,
-            "total_tokens": result.prompt_tokens + result.new_tokens}
-
-
-def response_body(kind: str, result: ControllerResult, text: str, finish_reason: str, model: str, request_id: str,
-                  created: int) -> dict[str, Any]:
-    """The non-streaming response of a chat or completion request (`text`: the reply, cut at a stop string)."""
-    if kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    return {"id": request_id, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
-            "model": model, "choices": [choice], "usage": usage(result), "specsparse": extension(result)}
-
-
-class StreamWriter:
-    """Writes one streamed response as Server-Sent Events: headers and the role chunk on the first
-    piece of text, a chunk per verification step's new text, then the final chunk (finish reason,
-    usage, `specsparse` object), with include_usage a usage chunk with empty choices, and `data: [DONE]`."""
-
-    def __init__(self, handler: BaseHTTPRequestHandler, kind: str, model: str, request_id: str, created: int,
-                 include_usage: bool = False):
-        self.handler = handler
-        self.kind = kind
-        self.head = {"id": request_id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-                     "created": created, "model": model}
-        self.include_usage = include_usage
-        self.started = False
-
-    def _choice(self, piece: str | None, finish: str | None) -> dict[str, Any]:
-        if self.kind == "chat":
-            return {"index": 0, "delta": {} if piece is None else {"content": piece}, "finish_reason": finish}
-        return {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
-
-    def send_event(self, chunk: dict[str, Any] | str) -> None:
-        data = chunk if isinstance(chunk, str) else json.dumps(chunk)
-        self.handler.wfile.write(f"data: {data}\n\n".encode())
-        self.handler.wfile.flush()
-
-    def start(self) -> None:
-        if self.started:
-            return
-        self.started = True
-        self.handler.send_response(200)
-        self.handler.send_header("Content-Type", "text/event-stream")
-        self.handler.send_header("Cache-Control", "no-cache")
-        self.handler.end_headers()
-        if self.kind == "chat":
-            self.send_event({**self.head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                       "finish_reason": None}]})
-
-    def text(self, piece: str) -> None:
-        if piece:
-            self.start()
-            self.send_event({**self.head, "choices": [self._choice(piece, None)]})
-
-    def finish(self, result: ControllerResult, finish_reason: str) -> None:
-        self.start()
-        last = {**self.head, "choices": [self._choice(None, finish_reason)], "specsparse": extension(result)}
-        if self.include_usage:
-            self.send_event(last)
-            self.send_event({**self.head, "choices": [], "usage": usage(result)})
-        else:
-            self.send_event({**last, "usage": usage(result)})
-        self.send_event("[DONE]")
-
-
-class HeadersTooLargeError(ValueError):
-    """The request line plus headers exceed MAX_HEADER_BYTES."""
-
-
-class RequestReader(io.RawIOBase):
-    """A socket's input with one deadline for the whole request: each read may wait only until
-    `deadline`, so a client trickling bytes cannot hold the socket past it. Until `head_done()`,
-    at most `head_limit` bytes are read (a head needing more raises HeadersTooLargeError)."""
-
-    def __init__(self, sock: socket.socket, timeout_s: float, head_limit: int) -> None:
-        super().__init__()
-        self.sock, self.deadline, self.head_left = sock, time.monotonic() + timeout_s, head_limit
-        self.timed_out = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            self.timed_out = True
-            raise TimeoutError("request deadline passed")
-        if self.head_left is not None:
-            if self.head_left <= 0:
-                raise HeadersTooLargeError
-            buffer = memoryview(buffer)[:self.head_left]
-        self.sock.settimeout(remaining)
-        try:
-            n = self.sock.recv_into(buffer)
-        except TimeoutError:
-            self.timed_out = True
-            raise
-        if self.head_left is not None:
-            self.head_left -= n
-        return n
-
-    def head_done(self) -> None:
-        self.head_left = None
-
-    @property
-    def in_head(self) -> bool:
-        return self.head_left is not None
 
 
 class SpecsparseServer(ThreadingHTTPServer):
@@ -481,7 +193,7 @@ class SpecsparseServer(ThreadingHTTPServer):
                 temperature=request.temperature, seed=request.seed, on_text=on_text, stop=request.stop,
             )
         except UnknownDomainError as err:
-            raise _invalid(str(err), "domain") from None
+            raise invalid_request(str(err), "domain") from None
         except PromptTooLongError as err:
             param = "messages" if isinstance(request.prompt, list) else "prompt"
             raise ApiError(400, str(err), param=param, code="context_length_exceeded") from None
@@ -584,8 +296,9 @@ class RequestHandler(BaseHTTPRequestHandler):
         kind = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}.get(path)
         if kind is None:
             raise ApiError(404, f"no such endpoint: POST {path}", "not_found_error")
-        request = parse_request(self._read_json(), kind, self.server.settings)
-        model = self.server.settings.model_name
+        settings = self.server.settings
+        request = parse_request(self._read_json(), kind, settings.default_max_tokens, settings.max_tokens_limit)
+        model = settings.model_name
         request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         stops = StopFilter(request.stop)
@@ -624,10 +337,10 @@ class RequestHandler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise _invalid(f"malformed JSON body: {err}") from None
+            raise invalid_request(f"malformed JSON body: {err}") from None
         if not isinstance(body, dict):
-            raise _invalid("the JSON body must be an object")
-        _check_unicode(body)
+            raise invalid_request("the JSON body must be an object")
+        check_unicode(body)
         return body
 
     def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:

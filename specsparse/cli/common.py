@@ -1,0 +1,33 @@
+"""What several subcommands share: the one-line error, and the checks of --model and --threads
+that run before a model loads."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def fail(message: str) -> int:
+    """One line on stderr, exit code 2: how every command reports bad input."""
+    print(f"specsparse: error: {message}", file=sys.stderr)
+    return 2
+
+
+def set_threads(threads: int | None) -> int | None:
+    """Set torch's intra-op thread count (None: leave torch's own); `fail`'s exit code for a bad count."""
+    if threads is None:
+        return None
+    if threads < 1:
+        return fail(f"--threads {threads}: give a positive thread count")
+    import torch  # noqa: PLC0415
+
+    torch.set_num_threads(threads)
+    return None
+
+
+def missing_model(source: str) -> str | None:
+    """The one-line error for a model source that names a local path that is not there (else None)."""
+    if source.startswith(("/", "./", "../", "~")) or source.endswith(".gguf"):
+        if not Path(source).expanduser().exists():
+            return f"--model {source}: no such file or folder (give an embedded name, a .gguf, a model folder or a Hub id)"
+    return None

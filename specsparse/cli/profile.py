@@ -1,0 +1,66 @@
+"""`specsparse profile`: measure, check and show the cost profile that searches price configurations with."""
+
+from __future__ import annotations
+
+import argparse
+
+from specsparse.cli.common import fail, missing_model, set_threads
+from specsparse.decoding.models import ModelLoadError
+from specsparse.util import first_line
+
+
+def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "profile",
+        help="measure (or show) the model's cost profile that searches price configurations with",
+        description="Times target forwards over kept layers and chunk lengths (the fastest of interleaved "
+                    "repeats), fits the cost model with non-negative coefficients, checks it, and stores it beside "
+                    "the model cache; prints each check and what identifies the profile. A stored profile that fails "
+                    "a check is measured again. See specsparse/measuring/profile.py.",
+    )
+    p.add_argument("--model", default="smollm2-135m", help="any model source run.py accepts (default: smollm2-135m)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    p.add_argument("--force", action="store_true", help="measure again even when a profile is stored")
+    p.set_defaults(func=run_profile)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from specsparse.decoding.models import load_model  # noqa: PLC0415
+    from specsparse.measuring.profile import (  # noqa: PLC0415
+        ProfileError,
+        measure_checked_profile,
+        profile_for,
+        profile_record,
+        save_profile,
+    )
+    from specsparse.measuring.profile_fit import profile_checks  # noqa: PLC0415
+
+    if (code := set_threads(args.threads)) is not None:
+        return code
+    if message := missing_model(args.model):
+        return fail(message)
+    try:
+        loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    except (ModelLoadError, ValueError) as err:
+        return fail(first_line(err))
+    try:
+        if args.force:
+            save_profile(measure_checked_profile(loaded.model, progress=True))
+        profile = profile_for(loaded.model, progress=True)
+    except ProfileError as err:
+        return fail(first_line(err))
+    record = profile_record(profile)
+    print(f"cost profile: {record['path']}")
+    print(f"sha256:       {record['sha256']}")
+    print(f"measured at:  {record['measured_at']} (UTC), load average {record['load_average']}")
+    print(f"coefficients: one token (a1, b1) = {', '.join(f'{1000 * v:.4g}' for v in profile.single)} ms; "
+          f"more (a, b, c, d) = {', '.join(f'{1000 * v:.4g}' for v in profile.verify)} ms")
+    print("checks:")
+    for check in profile_checks(profile):
+        print(f"  {'pass' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+    print(f"{'kept layers':>12}{'chunk':>7}{'fastest ms':>12}{'modeled ms':>12}")
+    for kept, chunk, seconds in profile.samples:
+        print(f"{kept:>12}{chunk:>7}{1000 * seconds:>12.2f}{1000 * profile.verify_time(kept, chunk):>12.2f}")
+    return 0

@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     batch = candidates(num_layers, args.measurements)
 
     local = LocalRunner(progress=False)
-    evaluator_for(spec)  # load outside the timing, as the Ray workers' load is reported apart
+    evaluator = evaluator_for(spec)  # load outside the timing, as the Ray workers' load is reported apart
     default_threads = torch.get_num_threads()
     local_s: dict[str, float] = {}
     for threads in args.local_threads:
         torch.set_num_threads(threads or default_threads)
         start = time.perf_counter()
-        local_results = local.evaluate_batch(spec, batch)
+        local_results = local.evaluate_batch(evaluator, batch)
         local_s[f"local_{torch.get_num_threads()}_threads_s"] = round(time.perf_counter() - start, 2)
     torch.set_num_threads(default_threads)
     best_local = min(local_s.values())
@@ -79,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     runner = RayRunner(num_workers=args.workers, cpus_per_trial=args.cpus_per_trial)
     try:
         first = time.perf_counter()
-        ray_results = runner.evaluate_batch(spec, batch)
+        ray_results = runner.evaluate_batch(evaluator, batch)
         first_batch_s = time.perf_counter() - first
         ray_total_s = time.perf_counter() - start
         second = time.perf_counter()
-        runner.evaluate_batch(spec, batch)
+        runner.evaluate_batch(evaluator, batch)
         ray_batch_s = time.perf_counter() - second
     finally:
         runner.close()

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from specsparse.measuring.intervals import accept_interval, metric_interval, paired_ratios
 from specsparse.search.bfs import BFSSearch
+from specsparse.search.rule import TSSRule
 from specsparse.types import Candidate, Measurement, PromptResult
 
 
@@ -56,8 +57,13 @@ def test_different_prompts_cannot_be_paired():
     assert paired_ratios(a, b) is None
 
 
+def bfs(num_layers: int, **settings) -> BFSSearch:
+    """BFS under the papers' rule (point estimates, the task metric) with `settings` changed."""
+    return BFSSearch(num_layers, TSSRule(**{"feasibility": "point", "guard": "task", **settings}))
+
+
 def search_with(dense: Measurement, single: Measurement, **options) -> BFSSearch:
-    search = BFSSearch(3, max_depth=1, **options)
+    search = bfs(3, max_depth=1, **options)
     search.tell(Candidate(), dense)
     search.tell(Candidate((1,)), single)
     return search
@@ -102,7 +108,7 @@ def pool_of(measurements: dict[tuple[int, ...], Measurement], **options) -> tupl
     from specsparse.study.driver import evaluate_callable, run_search
 
     worst = measurements[(3,)]  # pairs: as bad as the worst single skip
-    result = run_search(BFSSearch(4, max_depth=2, **options),
+    result = run_search(bfs(4, max_depth=2, **options),
                         evaluate_callable(lambda c: measurements.get(c.skip_layers, worst)), progress=False)
     return tuple(result.info["pool"])
 
@@ -133,18 +139,18 @@ def test_under_lower_bound_the_pool_asks_the_interval_not_the_point():
 
 def test_bad_rule_names_fail_clearly():
     with pytest.raises(ValueError, match="feasibility"):
-        BFSSearch(3, feasibility="median")
+        TSSRule(feasibility="median")
 
 
 def _job(timing_speedup: list[float], test_metrics: tuple, guard: dict | None = None):
     """A finished job whose pick (skip[2]) was timed at `timing_speedup` ([point, low, high]) over
     dense; `test_metrics`: (dense, selected), each one metric for every prompt or a per-prompt list."""
-    from specsparse.jobs.job import JobResult
+    from specsparse.jobs.result import JobResult
     from specsparse.measuring.timing import SideBySide
     from specsparse.study.driver import evaluate_callable, run_search
 
     # Skipping layer 2 is free and cheaper: the search selects it.
-    result = run_search(BFSSearch(4, max_depth=1), evaluate_callable(
+    result = run_search(bfs(4, max_depth=1), evaluate_callable(
         lambda c: (3.0, 0.6, 1.0 - 0.1 * len(c.skip_layers) if c.skip_layers == (2,) or not c.skip_layers else 2.0)),
         progress=False)
     assert result.selected == Candidate((2,))

@@ -85,7 +85,7 @@ def test_store_keys_change_with_every_setting(spec):
     assert key == Evaluator(spec).key(Candidate((1,)))
     variants = [
         replace(spec, generation=replace(CONFIG, num_draft_tokens=4)),
-        replace(spec, drafter=Component(spec.drafter.target, {"skip_layers": [1]})),
+        replace(spec, drafter=Component(spec.drafter.class_path, {"skip_layers": [1]})),
         replace(spec, domain=replace(spec.domain, limit=9)),
         replace(spec, domain=replace(spec.domain, split_seed=1)),
         replace(spec, split="test"),

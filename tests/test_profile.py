@@ -19,23 +19,26 @@ from specsparse.jobs.reproduce import cost_profiles
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
 from specsparse.measuring.profile import (
     ATTEMPTS,
-    CHUNKS,
-    CostProfile,
     DraftCost,
     ProfileError,
     check_profile,
-    fit_timings,
     load_profile,
     measure_checked_profile,
-    measure_profile,
-    model_identity,
     pinned_profile,
     price,
-    profile_checks,
     profile_for,
     profile_path,
     profile_record,
 )
+from specsparse.measuring.profile_fit import (
+    CHUNKS,
+    CostProfile,
+    fit_timings,
+    measure_unchecked_profile,
+    model_identity,
+    profile_checks,
+)
+from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.store import ResultsStore
 from specsparse.types import Component, GenerationConfig, Measurement
@@ -47,7 +50,8 @@ PROFILE = CostProfile(identity={"test": 1}, num_layers=10, vocab_size=100, singl
 TINY_SPEC = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
                            domain=DomainSpec("translation", limit=15),
                            generation=GenerationConfig(max_new_tokens=16, num_draft_tokens=3))
-BFS = Component("specsparse.search.bfs.BFSSearch", {"max_depth": 2, "max_pool": 3})
+BFS = Component("specsparse.search.bfs.BFSSearch",
+                {"rule": TSSRule(max_depth=2, max_pool=3, feasibility="point", guard="task")})
 FAST = settings(max_examples=30, deadline=None)
 
 
@@ -177,7 +181,7 @@ def test_a_fit_that_misses_its_cells_is_refused():
 def test_a_measurement_that_keeps_failing_is_refused_in_one_line(tiny, monkeypatch):
     calls = []
     bad = with_samples(replace(PROFILE, verify=(0.05, -0.001, 0.001, 0.0)))
-    monkeypatch.setattr("specsparse.measuring.profile.measure_profile", lambda *a, **k: calls.append(1) or bad)
+    monkeypatch.setattr("specsparse.measuring.profile.measure_unchecked_profile", lambda *a, **k: calls.append(1) or bad)
     with pytest.raises(ProfileError, match=f"failed its checks {ATTEMPTS} times") as err:
         measure_checked_profile(tiny.model)
     assert len(calls) == ATTEMPTS and "\n" not in str(err.value) and "specsparse profile --force" in str(err.value)
@@ -198,7 +202,7 @@ def test_profile_is_measured_once_and_reloaded(tiny, own_cache, monkeypatch):
     assert {k for k, _, _ in first.samples} == {1, 2, 4}  # tiny: 4 layers
     assert all(t > 0 for _, _, t in first.samples) and first.measured_at and len(first.load_average) == 3
     monkeypatch.setattr("specsparse.measuring.profile._PROFILES", {})
-    monkeypatch.setattr("specsparse.measuring.profile.measure_profile", lambda *a, **k: pytest.fail("measured twice"))
+    monkeypatch.setattr("specsparse.measuring.profile.measure_unchecked_profile", lambda *a, **k: pytest.fail("measured twice"))
     assert profile_for(tiny.model) == first
 
 
@@ -214,8 +218,8 @@ def test_a_stored_profile_failing_its_checks_is_measured_again(tiny, own_cache, 
     path.parent.mkdir(parents=True)
     path.write_text(text)
     calls = []
-    real = measure_profile
-    monkeypatch.setattr("specsparse.measuring.profile.measure_profile", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = measure_unchecked_profile
+    monkeypatch.setattr("specsparse.measuring.profile.measure_unchecked_profile", lambda *a, **k: calls.append(1) or real(*a, **k))
     profile = profile_for(tiny.model)
     assert calls == [1] and all(c.passed for c in profile_checks(profile))
     assert load_profile(path) == profile != bad
@@ -223,7 +227,7 @@ def test_a_stored_profile_failing_its_checks_is_measured_again(tiny, own_cache, 
 
 def test_profile_fits_its_own_samples(smollm):
     """On the real model the fitted model reproduces the measured cells (timing noise allowed)."""
-    profile = measure_profile(smollm.model, repeats=3)
+    profile = measure_unchecked_profile(smollm.model, repeats=3)
     errors = [abs(profile.verify_time(k, c) / t - 1) for k, c, t in profile.samples]
     assert sorted(errors)[len(errors) // 2] < 0.25
     assert profile.verify_time(30, 1) > profile.verify_time(10, 1) > 0

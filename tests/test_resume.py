@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec, evaluator_for
-from specsparse.study.runners.local import configurations_per_pass, measure_candidates
+from specsparse.study.runners.local import configurations_per_pass, measure_in_passes
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -121,10 +121,10 @@ def test_chunked_and_unchunked_measurement_give_identical_measurements():
     evaluator.continuations.clear()
     generated_before = []  # greedy generations done when each measurement was handed over
 
-    def on_result(candidate, measurement):
+    def on_measured(candidate, measurement):
         generated_before.append(len(evaluator.continuations))
 
-    chunked = measure_candidates(chunked_spec, candidates, on_result=on_result, progress=False)
+    chunked = measure_in_passes(evaluator, candidates, on_measured=on_measured, progress=False)
     assert generated_before == [6 * i for i in range(1, len(candidates) + 1)]  # one pass each, handed over at once
     whole = evaluator_for(spec)
     assert configurations_per_pass(whole.batch_size, len(whole.examples)) >= len(candidates)

@@ -1,8 +1,9 @@
 """An evaluation is a pure function of (model, drafter, domain split, candidate, generation settings).
 
 `EvaluationSpec` holds all of it as plain data (picklable, hashable into a store key); `Evaluator`
-turns it into objects once (model loaded once per process and kept, so Ray workers do not reload)
-and measures candidates. Both runners measure through `specsparse.study.runners.measure_candidates`.
+turns it into objects once (model loaded once per process and kept, so Ray workers do not reload),
+measures candidates and prices them (`Evaluator.price`, the one place a measurement meets the cost
+profile). Both runners measure through `specsparse.study.runners.local.measure_in_passes`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel, load_model_cached
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
-from specsparse.measuring.profile import CostProfile, DraftCost, draft_cost, pinned_profile, price, profile_for
+from specsparse.measuring.profile import DraftCost, draft_cost, pinned_profile, price, profile_for
+from specsparse.measuring.profile_fit import CostProfile
 from specsparse.measuring.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import checkpoint_sha256, content_hash, file_sha256
@@ -174,7 +176,7 @@ class Evaluator:
         drafter = self.spec.drafter
         provided = {"exclude_ids": self.test_ids, "calibration_sequences": lambda: self.calibration_sequences}
         context = {name: provided[name] for name in drafter.cls.job_context}
-        return lambda: drafter.cls.from_target(self.target, vocab_ids=vocab_ids, **drafter.options, **context)
+        return lambda: drafter.build(target=self.target, vocab_ids=vocab_ids, **context)
 
     @functools.cached_property
     def calibration_sequences(self) -> list[list[int]]:
@@ -197,7 +199,8 @@ class Evaluator:
         return tuple(ex.id for ex in self.spec.domain.load("test"))
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
-        """`measurement` with its modeled cost from this machine's cost profile (never from a stored timing)."""
+        """`measurement` with its modeled cost from this evaluator's cost profile (`profile`), never from a
+        stored timing: runners price what they measure with it, and the driver what the store serves."""
         kept = self.target.num_layers - len(candidate.skip_layers)
         return price(measurement, self.profile, kept, self.draft_cost(candidate.vocab_size))
 
@@ -278,8 +281,9 @@ _EVALUATORS: dict[str, Evaluator] = {}
 
 
 def evaluator_for(spec: EvaluationSpec) -> Evaluator:
-    """The process's one Evaluator for `spec`: the job, the local runner and a Ray worker share it, so
-    the model loads once and every greedy generation serves every later candidate."""
+    """The process's one Evaluator for `spec`, so the model loads once and every greedy generation
+    serves every later candidate: in a job, its modules and the Evaluators of the other split share it
+    (the job hands it to its runner); on a Ray worker, every trial and batch the worker measures."""
     key = content_hash(asdict(spec))
     if key not in _EVALUATORS:
         _EVALUATORS[key] = Evaluator(spec)
@@ -288,8 +292,9 @@ def evaluator_for(spec: EvaluationSpec) -> Evaluator:
 
 def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_prompt: int = 1024) -> int:
     """Rows per batched pass: 64, or fewer when a row's KV cache and logits would not fit in a quarter
-    of the free accelerator (or host) memory. On CPU too, 32-64 rows give about 1.4x the tokens/s of 16
-    (BENCHMARKS.md). `measure.batch_size` overrides it; results do not depend on it."""
+    of the free accelerator (or host) memory. On CPU too, throughput grows with the batch up to 64 rows
+    (BENCHMARKS.md, "Batched greedy generation"). `measure.batch_size` overrides it; results do not
+    depend on it."""
     config = target.model.config
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -2,8 +2,10 @@
 
     result = run_search(BFSSearch(num_layers=30), evaluate_batch, store=store, key_fn=key_fn)
 
-`evaluate_batch(list[Candidate]) -> list[Measurement]` is supplied by a runner (a local loop, a Ray
-Tune fan-out, or `evaluate_callable` for synthetic objectives); the driver only sees the callable.
+The driver is handed everything it works with: `evaluate_batch(list[Candidate], on_measured) ->
+list[Measurement]` from a runner (a local loop, a Ray Tune fan-out, or `evaluate_callable` for synthetic
+objectives), the results store, and the `price` that re-prices what the store serves. It builds none of
+them, so the same loop serves every runner and store.
 """
 
 from __future__ import annotations
@@ -12,22 +14,28 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
 from specsparse.search.base import SearchResult, SearchStrategy
-from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
+
+if TYPE_CHECKING:
+    from specsparse.study.store import ResultsStore
 
 log = logging.getLogger(__name__)
 
-OnResult = Callable[[Candidate, Measurement], None]
-# evaluate_batch(candidates, on_result) -> measurements in candidate order. A runner that can should call
-# on_result(candidate, measurement) the moment each one exists (the driver stores it then, so a killed job
-# loses at most what is in flight); one that cannot may ignore it.
-EvaluateBatch = Callable[[list[Candidate], OnResult], Sequence[Measurement]]
-OnMeasurement = Callable[[Candidate, Measurement, bool], None]
+# A runner calls on_measured(candidate, measurement) with each NEW measurement the moment it exists (the
+# driver stores it then, so a killed job loses at most what is in flight); one that cannot may ignore it.
+OnMeasured = Callable[[Candidate, Measurement], None]
+# evaluate_batch(candidates, on_measured) -> measurements in candidate order.
+EvaluateBatch = Callable[[list[Candidate], OnMeasured], Sequence[Measurement]]
+# The driver calls on_told(candidate, measurement, cached) once the strategy has been told a measurement,
+# new or served from the store (cached): what a search saw, in the order it saw it.
+OnTold = Callable[[Candidate, Measurement, bool], None]
+# price(candidate, measurement) -> the measurement priced by the cost profile that prices new ones.
+Price = Callable[[Candidate, Measurement], Measurement]
 
 
 def candidate_meta(candidate: Candidate) -> dict[str, Any]:
@@ -45,15 +53,15 @@ def run_search(
     key_fn: Callable[[Candidate], str] | None = None,
     meta_fn: Callable[[Candidate], dict[str, Any]] | None = None,
     progress: bool = True,
-    on_measurement: OnMeasurement | None = None,
-    price: Callable[[Candidate, Measurement], Measurement] | None = None,
+    on_told: OnTold | None = None,
+    price: Price | None = None,
 ) -> SearchResult:
     """Run `strategy` to completion (or until the budget is spent) and return its result.
 
     Each round: ask the strategy for a batch; drop candidates already measured in this search (they are
     told their recorded measurement again, never re-measured); serve candidates whose `key_fn` key is in
     `store` without evaluating them; evaluate the rest as one batch; store the new measurements; tell the
-    strategy every candidate in proposal order; call `on_measurement(candidate, measurement, cached)`.
+    strategy every candidate in proposal order; call `on_told(candidate, measurement, cached)`.
 
     budget: maximum number of NEW measurements (None: unlimited). Cache hits are free, so a batch that
         the store fully serves never touches it; when a batch needs more than what is left, the first
@@ -68,7 +76,7 @@ def run_search(
     price: re-prices every measurement served from the store from its counts (the cost profile), so a
         cost or timing stored by another run never reaches the strategy. New measurements keep the
         price the runner gave them: it priced them where it measured them (a Ray worker on its own
-        hardware; the local runner with this process's evaluator, the same profile as `price`).
+        hardware; the local runner with the job's evaluator, the same profile as `price`).
     """
     if budget is not None and budget < 0:
         raise ValueError(f"budget must be >= 0 or None, got {budget}")
@@ -90,7 +98,7 @@ def run_search(
                 log.warning("%s proposed only configurations it already has; stopping", strategy.name)
                 break
             keys = {c: key_fn(c) for c in fresh} if store is not None else {}  # type: ignore[misc]
-            results = {c: (m, True) for c, m in _stored(store, keys).items()}
+            results = {c: (m, True) for c, m in _stored(store, keys, price).items()}
             todo = [c for c in fresh if c not in results]
             left = None if budget is None else budget - n_new
             cut = left is not None and len(todo) > left
@@ -105,8 +113,6 @@ def run_search(
                 if c not in results:
                     continue
                 m, cached = results[c]
-                if price is not None and cached:
-                    m = price(c, m)
                 measured[c] = m
                 n_hits += cached
                 n_round_hits += cached
@@ -114,8 +120,8 @@ def run_search(
                     n_new += 1
                     forwards += m.target_forwards
                 strategy.tell(c, m)
-                if on_measurement is not None:
-                    on_measurement(c, m, cached)
+                if on_told is not None:
+                    on_told(c, m, cached)
             bar.update(len(todo))
             bar.set_postfix(cached=n_hits)
             log.info(
@@ -137,12 +143,14 @@ def measure_through_store(
     store: ResultsStore,
     key_fn: Callable[[Candidate], str],
     meta_fn: Callable[[Candidate], dict[str, Any]],
+    price: Price | None = None,
 ) -> list[Measurement]:
     """Measurements of `candidates` (in order) outside a search, e.g. on the test split: served from
-    `store` when present, otherwise measured as one batch and stored the moment each one exists."""
+    `store` when present (re-priced by `price`, as in `run_search`), otherwise measured as one batch and
+    stored the moment each one exists."""
     unique = list(dict.fromkeys(candidates))
     keys = {c: key_fn(c) for c in unique}
-    found = _stored(store, keys)
+    found = _stored(store, keys, price)
     missing = [c for c in unique if c not in found]
 
     def meta(c: Candidate, m: Measurement) -> dict[str, Any]:
@@ -152,12 +160,15 @@ def measure_through_store(
     return [found[c] for c in candidates]
 
 
-def _stored(store: ResultsStore | None, keys: dict[Candidate, str]) -> dict[Candidate, Measurement]:
-    """The candidates of `keys` whose measurement is in the store."""
+def _stored(
+    store: ResultsStore | None, keys: dict[Candidate, str], price: Price | None
+) -> dict[Candidate, Measurement]:
+    """The candidates of `keys` whose measurement is in the store, each re-priced by `price`: the only
+    place a stored measurement is priced, so a cost stored by another run never comes back."""
     if store is None:
         return {}
     found = {c: store.get(key) for c, key in keys.items()}
-    return {c: m for c, m in found.items() if m is not None}
+    return {c: m if price is None else price(c, m) for c, m in found.items() if m is not None}
 
 
 def _measure_and_store(
@@ -237,7 +248,7 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
     the compute share) and zero timing counters. Lets every strategy run without a model.
     """
 
-    def evaluate_batch(candidates: list[Candidate], on_result: OnResult | None = None) -> list[Measurement]:
+    def evaluate_batch(candidates: list[Candidate], on_measured: OnMeasured | None = None) -> list[Measurement]:
         out = []
         for c in candidates:
             r = fn(c)
@@ -254,8 +265,8 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
                     wall_time_s=0.0,
                 )
             out.append(r)
-            if on_result is not None:
-                on_result(c, r)
+            if on_measured is not None:
+                on_measured(c, r)
         return out
 
     return evaluate_batch

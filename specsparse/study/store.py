@@ -168,8 +168,8 @@ class ResultsStore:
         conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, isolation_level=None,
                                check_same_thread=False, timeout=self.timeout_s)
         try:
-            # quick_check reads every page once (well under a second for 10k rows): damage shows now,
-            # not in the middle of a sweep.
+            # quick_check reads every page once, cheap even for a large store (BENCHMARKS.md, "Results
+            # store"): damage shows now, not in the middle of a sweep.
             problem = conn.execute("PRAGMA quick_check").fetchone()[0]
             if problem != "ok":
                 raise sqlite3.DatabaseError(problem)

@@ -1,8 +1,8 @@
 """Measure batches of candidates as Ray Tune trials on workers that keep the model loaded.
 
-    runner = RayRunner(num_workers=4, gpus_per_trial=1)        # local Ray on 127.0.0.1
-    runner = RayRunner(num_workers=8, address="10.0.0.5:6379")  # join an existing cluster
-    measurements = runner.evaluate_batch(spec, candidates)      # in candidate order
+    runner = RayRunner(num_workers=4, gpus_per_trial=1)          # local Ray on 127.0.0.1
+    runner = RayRunner(num_workers=8, address="10.0.0.5:6379")    # join an existing cluster
+    measurements = runner.evaluate_batch(evaluator, candidates)   # in candidate order
 
 The search driver stays in the calling process and hands over one batch at a time (a BFS level, a
 batch of random or TPE proposals). Each batch becomes one `tune.Tuner` run over
@@ -14,7 +14,8 @@ process would be imported and loaded again for every batch (BENCHMARKS.md has th
 The models therefore live in `num_workers` Ray actors created once per runner, which reserve the
 CPUs/GPUs (`cpus_per_trial`, `gpus_per_trial` each); a trial takes a free actor from a queue, has it
 measure its candidate and reports the measurement. Each actor keeps one `Evaluator` per spec, and the
-model through `specsparse.decoding.models.load_model_cached`, for as long as the runner lives.
+model through `specsparse.decoding.models.load_model_cached`, for as long as the runner lives (the
+actor and the trial are in `ray_worker`).
 
 Resources are checked before anything is scheduled: a trial asking for GPUs the cluster does not
 have would stay PENDING forever, so that raises `RayResourceError` instead.
@@ -39,19 +40,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# Light imports only: Tune's trial processes import this module to run `_trial`, and they never need
-# torch or transformers (the worker actors do, once).
-from specsparse.study.runners import OnResult
+from specsparse.extras import require_installed
+from specsparse.study.runners.ray_worker import (
+    EvaluationWorker,
+    candidate_from_dict,
+    candidate_to_dict,
+    run_trial,
+    spec_to_dict,
+)
 from specsparse.study.store import measurement_from_dict, measurement_to_dict
-from specsparse.types import Candidate, Component, GenerationConfig, Measurement
-from specsparse.util import atomic_write_text, content_hash, is_int, is_number
+from specsparse.types import Candidate, Measurement
+from specsparse.util import is_int, is_number
 
 if TYPE_CHECKING:
-    from specsparse.measuring.evaluation import EvaluationSpec
+    from specsparse.measuring.evaluation import Evaluator
+    from specsparse.study.driver import OnMeasured
 
 log = logging.getLogger(__name__)
 
@@ -102,38 +108,6 @@ class RayResourceError(ValueError):
     """The requested resources do not exist in the Ray cluster (one-line message)."""
 
 
-# -- plain-dict round trip of the specs (what travels in the Tune config) ----------------------------
-def spec_to_dict(spec: EvaluationSpec) -> dict[str, Any]:
-    return asdict(spec)
-
-
-def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
-    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec  # noqa: PLC0415
-
-    domain = dict(data["domain"])
-    domain["exclude_ids"] = tuple(domain.get("exclude_ids") or ())
-    return EvaluationSpec(
-        model=data["model"],
-        dtype=data["dtype"],
-        device=data["device"],
-        drafter=Component(**data["drafter"]),
-        domain=DomainSpec(**domain),
-        split=data["split"],
-        generation=GenerationConfig(**data["generation"]),
-        measure=MeasureSpec(**data.get("measure", {})),
-        vocab_corpus=tuple(data.get("vocab_corpus", EvaluationSpec.vocab_corpus)),
-        cost_profile=data.get("cost_profile"),
-    )
-
-
-def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
-    return {"skip_layers": list(candidate.skip_layers), "vocab_size": candidate.vocab_size}
-
-
-def candidate_from_dict(data: dict[str, Any]) -> Candidate:
-    return Candidate(tuple(data["skip_layers"]), data.get("vocab_size"))
-
-
 def _probe(address: str, timeout_s: float = 5.0) -> None:
     """Fail at once, in one line, when nothing listens at a cluster address (Ray itself retries the
     GCS for minutes)."""
@@ -147,80 +121,7 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
                                "`ray start --head` or fix runner.address") from None
 
 
-# -- the worker actor ------------------------------------------------------------------------------
-class EvaluationWorker:
-    """Holds the loaded model (one Evaluator per spec, `evaluator_for`); measures one candidate per call."""
-
-    def __init__(self, threads: int = 1):
-        import torch  # noqa: PLC0415
-
-        torch.set_num_threads(max(1, threads))
-        self.profiles: dict[str, dict[str, Any]] = {}  # records of the cost profiles it priced with
-
-    def ready(self) -> int:
-        return os.getpid()
-
-    def evaluate(self, spec: dict[str, Any], candidate: dict[str, Any], thresholds: list | None,
-                 cost_profile_text: str | None = None) -> dict[str, Any]:
-        from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
-        from specsparse.measuring.profile import profile_record  # noqa: PLC0415
-        from specsparse.study.runners.local import measure_candidates  # noqa: PLC0415
-
-        threshold = None if thresholds is None else tuple(thresholds)
-        evaluation = _local_profile(spec_from_dict(spec), cost_profile_text)
-        [measurement] = measure_candidates(evaluation, [candidate_from_dict(candidate)], threshold, progress=False)
-        record = profile_record(evaluator_for(evaluation).profile)
-        self.profiles[json.dumps(record, sort_keys=True)] = record
-        return {"measurement": measurement_to_dict(measurement), "pid": os.getpid()}
-
-    def price(self, spec: dict[str, Any], candidate: dict[str, Any], measurement: dict[str, Any],
-              cost_profile_text: str | None = None) -> dict[str, Any]:
-        from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
-        from specsparse.measuring.profile import profile_record  # noqa: PLC0415
-
-        evaluator = evaluator_for(_local_profile(spec_from_dict(spec), cost_profile_text))
-        priced = evaluator.price(candidate_from_dict(candidate), measurement_from_dict(measurement))
-        record = profile_record(evaluator.profile)
-        self.profiles[json.dumps(record, sort_keys=True)] = record
-        return measurement_to_dict(priced)
-
-    def profile_records(self) -> list[dict[str, Any]]:
-        return list(self.profiles.values())
-
-
-def _local_profile(spec: EvaluationSpec, text: str | None) -> EvaluationSpec:
-    """`spec` with its pinned cost profile as a file of this machine: the driver's path when the file
-    there holds the same text, else a copy of the text (a worker on another machine)."""
-    path = spec.cost_profile
-    if path is None or text is None or (Path(path).is_file() and Path(path).read_text() == text):
-        return spec
-    copy = Path(tempfile.gettempdir()) / "specsparse-pinned-profiles" / f"{content_hash(text)[:16]}.json"
-    atomic_write_text(copy, text)
-    return replace(spec, cost_profile=str(copy))
-
-
-def _trial(config: dict[str, Any], pool: dict[str, Any]) -> None:
-    """One Tune trial: borrow a free worker, measure the candidate, report the measurement."""
-    import ray  # noqa: PLC0415
-    from ray import tune  # noqa: PLC0415
-
-    index = pool["free"].get()
-    try:
-        out = ray.get(pool["workers"][index].evaluate.remote(config["spec"], config["candidate"], config["thresholds"],
-                                                             config.get("cost_profile_text")))
-    finally:
-        pool["free"].put(index)
-    m = out["measurement"]
-    report = {k: m[k] for k in ("accept_length", "modeled_cost", "modeled_tokens_per_s", "flops_fraction", "new_tokens")
-              if m.get(k) is not None}
-    if m.get("metric") is not None:
-        report["metric"] = m["metric"]
-    report.update(worker=index, worker_pid=out["pid"], early_stopped=int(bool(m.get("early_stopped"))),
-                  measurement_json=json.dumps(m))
-    tune.report(report)
-
-
-def _collector(sink: OnResult) -> Any:
+def _collector(sink: OnMeasured) -> Any:
     """A Tune callback handing each trial's measurement to `sink` in this process.
 
     Tune pickles its run config (callbacks included) into the experiment folder; the sink (which may
@@ -229,7 +130,7 @@ def _collector(sink: OnResult) -> Any:
     from ray import tune  # noqa: PLC0415
 
     class Collect(tune.Callback):
-        def __init__(self, sink: OnResult | None):
+        def __init__(self, sink: OnMeasured | None):
             self.sink = sink
 
         def __getstate__(self) -> dict:
@@ -300,6 +201,7 @@ class RayRunner:
             raise ValueError(f"gpus_per_trial and cpus_per_trial must be numbers, got {gpus_per_trial!r}, {cpus_per_trial!r}")
         if gpus_per_trial < 0 or cpus_per_trial <= 0:
             raise ValueError(f"need gpus_per_trial >= 0 and cpus_per_trial > 0, got {gpus_per_trial}, {cpus_per_trial}")
+        require_installed("ray", extra="ray")
         ray = sys.modules.get("ray")  # a process already connected to Ray keeps using that connection
         if address not in (None, "auto", "local") and not (ray is not None and ray.is_initialized()):
             _probe(address)
@@ -393,16 +295,18 @@ class RayRunner:
     # -- Runner protocol -------------------------------------------------------------------------
     def evaluate_batch(
         self,
-        spec: EvaluationSpec,
+        evaluator: Evaluator,
         candidates: Sequence[Candidate],
         thresholds: tuple | None = None,
-        on_result: OnResult | None = None,
+        on_measured: OnMeasured | None = None,
     ) -> list[Measurement]:
-        """Measure `candidates` as one Tune run; returns measurements in candidate order.
+        """Measure `candidates` for `evaluator`'s spec as one Tune run; returns measurements in
+        candidate order. The workers measure with Evaluators of their own, built from the spec.
 
-        on_result(candidate, measurement) is called in this process as each trial reports (the job
+        on_measured(candidate, measurement) is called in this process as each trial reports (the job
         stores measurements the moment they exist, so an interrupted batch keeps its finished part).
         """
+        spec = evaluator.spec
         unique = list(dict.fromkeys(candidates))
         if not unique:
             return []
@@ -415,11 +319,11 @@ class RayRunner:
         def collect(candidate: Candidate, measurement: Measurement) -> None:
             if candidate not in results:
                 results[candidate] = measurement
-                if on_result is not None:
-                    on_result(candidate, measurement)
+                if on_measured is not None:
+                    on_measured(candidate, measurement)
 
         pool = {"workers": self._workers, "free": self._free}
-        trainable = tune.with_resources(tune.with_parameters(_trial, pool=pool), {"cpu": TRIAL_CPUS})
+        trainable = tune.with_resources(tune.with_parameters(run_trial, pool=pool), {"cpu": TRIAL_CPUS})
         tuner = tune.Tuner(
             trainable,
             param_space={
@@ -450,12 +354,13 @@ class RayRunner:
                  self._batches, len(unique), self.num_workers, time.perf_counter() - start)
         return [results[c] for c in candidates]
 
-    def price(self, spec: EvaluationSpec, candidate: Candidate, measurement: Measurement) -> Measurement:
+    def price(self, evaluator: Evaluator, candidate: Candidate, measurement: Measurement) -> Measurement:
         """`measurement` (e.g. served by the results store) priced by a worker's cost profile, as the
         workers price what they measure."""
         import ray  # noqa: PLC0415
 
         self._ensure_workers()
+        spec = evaluator.spec
         text = Path(spec.cost_profile).read_text() if spec.cost_profile else None
         out = self._workers[0].price.remote(spec_to_dict(spec), candidate_to_dict(candidate),
                                             measurement_to_dict(measurement), text)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from specsparse.extras import require, require_installed
 from specsparse.jobs.vocab_comparison import COLUMNS as COMPARISON_COLUMNS
 from specsparse.metrics import SCALE
 from specsparse.types import Candidate, Measurement
@@ -60,7 +61,7 @@ def import_wandb() -> Any:
     own.mkdir(exist_ok=True)
     previous, tempfile.tempdir = tempfile.tempdir, str(own)
     try:
-        import wandb  # noqa: PLC0415
+        wandb = require("wandb", extra="wandb")
     finally:
         tempfile.tempdir = previous
     atexit.register(shutil.rmtree, own, True)
@@ -135,6 +136,7 @@ class WandbLogger:
             raise ValueError(f"logger.mode={mode!r}: use one of {', '.join(MODES)}")
         if not init_timeout or init_timeout <= 0:
             raise ValueError(f"logger.init_timeout must be > 0 seconds, got {init_timeout!r}")
+        require_installed("wandb", extra="wandb")
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specsparse.extras import require
 from specsparse.reporting.wandb_logger import ALIASES, has_api_key, import_wandb, run_identity
 from specsparse.util import atomic_write_text
 
@@ -69,7 +70,7 @@ def report_definition(
 def to_wandb_report(definition: Mapping[str, Any]):
     """wandb_workspaces objects for a definition (building them needs no server)."""
     import_wandb()  # wandb-workspaces imports wandb: keep its temporary folders in ours
-    import wandb_workspaces.reports.v2 as wr  # noqa: PLC0415
+    wr = require("wandb_workspaces.reports.v2", extra="wandb")
 
     entity, project = definition["entity"], definition["project"]
 

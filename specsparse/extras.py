@@ -18,8 +18,9 @@ class MissingExtraError(ImportError, ValueError):
     turns into a one-line configuration error before anything is written."""
 
 
-def _missing(package: str, extra: str) -> MissingExtraError:
-    return MissingExtraError(f"{package} is not installed: pip install 'specsparse[{extra}]'")
+def _missing(package: str, extra: str, otherwise: str | None = None) -> MissingExtraError:
+    fix = f"pip install 'specsparse[{extra}]'" + (f", or {otherwise}" if otherwise else "")
+    return MissingExtraError(f"{package} is not installed: {fix}")
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -31,12 +32,13 @@ def require(module: str, extra: str) -> ModuleType:
         raise _missing((err.name or module).split(".")[0], extra) from None
 
 
-def require_installed(module: str, extra: str) -> None:
+def require_installed(module: str, extra: str, otherwise: str | None = None) -> None:
     """Check, without importing it, that `module` is installed (for validating a configuration
-    before a job starts, without the cost of importing Ray or W&B)."""
+    before a job starts, without the cost of importing Ray or W&B). `otherwise`: the other fix the
+    message offers (e.g. "run with logger=none")."""
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or blocked in sys.modules
         found = False
     if not found:
-        raise _missing(module.split(".")[0], extra)
+        raise _missing(module.split(".")[0], extra, otherwise)

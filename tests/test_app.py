@@ -20,6 +20,8 @@ from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.study.runners.local import LocalRunner
 from specsparse.types import Candidate
 
+pytestmark = pytest.mark.usefixtures("embedded_models_installed")  # configs, not this machine's installs
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 HAS_CUDA = __import__("torch").cuda.is_available()

@@ -19,6 +19,8 @@ from omegaconf import OmegaConf, open_dict
 from specsparse.cli import build_parser
 from specsparse.jobs.config import build_plan
 
+pytestmark = pytest.mark.usefixtures("embedded_models_installed")  # configs, not this machine's installs
+
 ROOT = Path(__file__).resolve().parents[1]
 READMES = [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*/README.md"))]
 PLACEHOLDERS = re.compile(r"DIR|<[a-z_]+>|HOST|ENTITY|/data/|/abs/|=outputs/|\.\.\.")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specsparse.measuring.vocab import coverage_curve, token_frequencies, top_k_ids
+from specsparse.types import Component
 from specsparse.util import atomic_write_text, content_hash
 
 if TYPE_CHECKING:
@@ -137,18 +138,16 @@ def trained_at_k(calibration: Evaluator, ids: Sequence[int]) -> tuple[Callable[[
     """A factory of drafters from the head `drafter.train`'s recipe trains with exactly `ids` as its
     vocabulary (trained now when missing), and its training record. The ids file lives beside the
     heads, named by its content, so every job that picks the same ids shares one head."""
-    from specsparse.drafters.eagle import EagleDrafter  # noqa: PLC0415
-
-    options = dict(calibration.spec.drafter.options)
+    drafter = calibration.spec.drafter  # the job's drafter=eagle, with its options
+    options = dict(drafter.options)
     ids_file = Path(options["path"]) / "vocabularies" / f"{content_hash(sorted(ids))[:16]}.json"
     if not ids_file.is_file():
         ids_file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(ids_file, json.dumps(sorted(int(i) for i in ids)))
-    head = EagleDrafter.from_target(calibration.target, **{**options, "train": {**options["train"],
-                                                                                 "vocab_file": str(ids_file)}})
-    loose = {key: value for key, value in options.items() if key not in ("path", "train")}
-    return (lambda: EagleDrafter.from_target(calibration.target, path=str(head.checkpoint), **loose),
-            training_record(head))
+    recipe = {**options, "train": {**options["train"], "vocab_file": str(ids_file)}}
+    head = Component(drafter.class_path, recipe).build(target=calibration.target)
+    trained = {key: value for key, value in options.items() if key != "train"} | {"path": str(head.checkpoint)}
+    return lambda: Component(drafter.class_path, trained).build(target=calibration.target), training_record(head)
 
 
 def training_record(drafter: Drafter) -> dict | None:

@@ -34,7 +34,7 @@ def stored_calibration(store: ResultsStore, domain: str, model: str) -> dict[Can
 def replay(measured: dict[Candidate, Measurement], num_layers: int, options: dict, rule: str) -> tuple[Candidate, int]:
     missing = 0
 
-    def evaluate(candidates, on_result=None):
+    def evaluate(candidates, on_measured=None):
         nonlocal missing
         out = []
         for c in candidates:

@@ -334,7 +334,7 @@ def load_config_map(path: str | os.PathLike) -> ConfigMap:
 # -- merging ---------------------------------------------------------------------------------------
 def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     """One map over the domains of `maps` (later maps win a domain both have). The maps must be of
-    one model; their drafters should agree (the first map's is kept, with a warning otherwise)."""
+    one model; their drafters should agree (the first full record is kept, with a warning otherwise)."""
     if not maps:
         raise ConfigMapError("no config maps to merge")
     models = {(cm.model, cm.num_layers) for cm in maps}
@@ -343,11 +343,12 @@ def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
         raise ConfigMapError(f"maps of different models cannot be merged: {mismatch or sorted(models)}; "
                              "merge the maps of one model")
     if any(cm.drafter != maps[0].drafter for cm in maps[1:]):
-        log.warning("merged maps used different drafters %s: the map keeps the first",
+        log.warning("merged maps used different drafters %s: the map keeps the first full record",
                     [_drafter_dict(cm.drafter) for cm in maps])
     domains: dict[str, DomainConfig] = {}
     for cm in maps:
         domains.update(cm.domains)
     model, num_layers = next(iter(models))
-    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=maps[0].drafter,
+    drafter = next((cm.drafter for cm in maps if isinstance(cm.drafter, Component)), maps[0].drafter)  # full records first
+    return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=drafter,
                      model_identity=maps[0].model_identity)

@@ -285,3 +285,13 @@ def test_the_readmes_loader_options_compose():
         "references": "/abs/answers.jsonl"}
     assert composed(["domain=mmlu", "+domain.options.subjects=[anatomy,astronomy]"])["domain"]["options"] == {
         "subjects": ["anatomy", "astronomy"]}
+
+
+def test_the_held_out_verdict_applies_the_rules_metric_tolerance(tmp_path):
+    """tss.eps_metric reaches the held-out verdict as it reaches the search (the rule is one object)."""
+    from specsparse.jobs.job import run_plan
+
+    plan = plan_for(["model=tiny", "logger=none", "domain.limit=8", "generation.max_new_tokens=8", "tss.max_depth=1",
+                     "tss.eps_metric=0.2", "timing_prompts=2", "progress=false", f"paths.outputs={tmp_path}"], tmp_path)
+    job = run_plan(plan)
+    assert job.eps_metric == 0.2 and job.summary()["guard"]["eps_metric"] == 0.2

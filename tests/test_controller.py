@@ -166,6 +166,14 @@ def test_a_map_naming_its_drafter_only_serves_its_defaults_and_says_so(tmp_path,
     assert isinstance(named._drafters["math"], SuffixAutomatonDrafter)  # a named drafter overrides the map's
 
 
+def test_a_recorded_option_the_drafter_does_not_take_is_a_controller_error(tmp_path):
+    """A map from another version may record an option this drafter does not take: one clear error."""
+    unknown = Component(DRAFTERS["pld"], {"window": 3})
+    path, _ = write_config_map(tmp_path / "other", dataclasses.replace(make_map(), drafter=unknown))
+    with pytest.raises(ControllerError, match="drafter cannot be built: .*window"):
+        Controller.from_files(model="tiny", config_map=path, router_examples=None)
+
+
 # -- lossless routing ------------------------------------------------------------------------------
 @pytest.mark.parametrize("prompt,domain,skip", [(MATH, "math", (2, 3)), ("Hello there.", None, ())])
 def test_output_equals_generate_text_with_the_same_skip_set(tiny, router, map_file, prompt, domain, skip):

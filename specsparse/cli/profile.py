@@ -16,7 +16,7 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
         description="Times target forwards over kept layers and chunk lengths (the fastest of interleaved "
                     "repeats), fits the cost model with non-negative coefficients, checks it, and stores it beside "
                     "the model cache; prints each check and what identifies the profile. A stored profile that fails "
-                    "a check is measured again. See specsparse/measuring/profile.py.",
+                    "a check is measured again. See specsparse/measuring/profile_fit.py.",
     )
     p.add_argument("--model", default="smollm2-135m", help="any model source run.py accepts (default: smollm2-135m)")
     p.add_argument("--dtype", default="float32")

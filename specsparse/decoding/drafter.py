@@ -187,5 +187,10 @@ class Drafter:
     def observe_features(self, features: torch.Tensor) -> None:
         """The target's features [m, features] of the next m context positions (feature drafters)."""
 
+    def recorded_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The options, built from, that rebuild this drafter as it is (what a config map records for
+        serving). A drafter whose options hold a recipe (EAGLE's `train`) records what it made."""
+        return dict(options)
+
     def close(self) -> None:
         """Release per-request resources (caches)."""

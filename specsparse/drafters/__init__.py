@@ -1,4 +1,4 @@
-"""Drafters propose chains (or trees) of tokens for the target to verify. All share `Drafter` (see base.py)."""
+"""Drafters propose chains (or trees) of tokens for the target to verify. All share `Drafter` (see specsparse/decoding/drafter.py)."""
 
 from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.drafters.draft_model import DraftModelDrafter

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -101,6 +102,12 @@ class EagleDrafter(Drafter):
                       tree_choices=tree_choices)
         drafter.checkpoint = Path(path)
         return drafter
+
+    def recorded_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The trained checkpoint in place of the recipe that trained it (serving never trains)."""
+        if "train" not in options:
+            return dict(options)
+        return {key: value for key, value in options.items() if key != "train"} | {"path": str(self.checkpoint)}
 
     @classmethod
     def check_options(cls, path: str = "", tree: Sequence[int] | None = None,

@@ -25,7 +25,7 @@ class TrainingRecipe:
     limit: int | None = None
     calibration_fraction: float = 0.2
     split_seed: int = 0
-    max_new_tokens: int = GenerationConfig.max_new_tokens  # reply length of each training reply
+    max_new_tokens: int = 128  # length of each training reply (its own setting: it keys the trained heads)
     sampled_replies: int = 0  # more replies per prompt, sampled (HF generate) at `temperature`: more, varied data
     temperature: float = 0.8
     epochs: int = 10

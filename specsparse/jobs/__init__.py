@@ -1,2 +1,2 @@
-"""Jobs: a validated configuration runs one search on the calibration split, evaluates the selection
-on the test split, stores every measurement, and writes outputs, reports and W&B runs."""
+"""Jobs: a validated configuration runs one search on the calibration split (through the study loop,
+`specsparse.study`), evaluates the selection on the test split, and writes the job's outputs."""

@@ -86,7 +86,7 @@ def run_job(
             draws_test = measure_on_test(spec, [Candidate(tuple(d)) for d in result.info["draws"]], runner, store)
     job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
                     time.perf_counter() - start, calibration.target.num_layers, description, timing,
-                    search.options.get("rule", TSSRule()).eps_metric, calibration.domain.metric, strategy.quality_guard(),
+                    getattr(strategy, "rule", TSSRule()).eps_metric, calibration.domain.metric, strategy.quality_guard(),
                     draws_test, compared)
     test_examples = evaluator_for(spec.with_split("test")).examples if evaluate_test else ()
     write_job_outputs(job, calibration, test_examples)
@@ -156,7 +156,7 @@ def run_plan(plan: JobPlan) -> JobResult:
             )
         job = run_job(
             plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,
-            on_told=logger.on_measurement if logger is not None else None, progress=plan.progress,
+            on_told=logger.on_told if logger is not None else None, progress=plan.progress,
             timing_prompts=plan.timing_prompts, vocab_comparison=plan.vocab_comparison,
         )
         identity = job.description

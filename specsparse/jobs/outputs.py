@@ -43,7 +43,7 @@ def write_job_outputs(job: JobResult, calibration: Evaluator, test_examples: Seq
             domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids),
             routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration.examples),  # as builtin_prompts
         )},
-        drafter=calibration.spec.drafter,  # class and options, as measured: serving builds it
+        drafter=calibration.recorded_drafter,  # class and options, as measured: serving builds it
         model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
     )
     write_config_map(out / "config_map", config_map)

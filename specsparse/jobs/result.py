@@ -16,6 +16,7 @@ from specsparse.measuring.timing import SideBySide
 from specsparse.metrics import SCALE, metric_description
 from specsparse.search.base import TASK_GUARD, SearchResult
 from specsparse.search.random import draw_statistics
+from specsparse.search.rule import TSSRule
 from specsparse.study.store import measurement_to_dict
 from specsparse.types import Candidate, Measurement
 
@@ -31,7 +32,7 @@ class JobResult:
     num_layers: int = 0
     description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
     timing: SideBySide | None = None  # plain decoding, dense and selected on the test split, side by side
-    eps_metric: float = 0.05  # the search's metric tolerance, which the held-out verdict applies too
+    eps_metric: float = TSSRule.eps_metric  # the search's metric tolerance, which the held-out verdict applies too
     metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
     guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
     draws_test: list[Measurement] | None = None  # random search: every draw on the test split

@@ -146,7 +146,7 @@ def trained_at_k(calibration: Evaluator, ids: Sequence[int]) -> tuple[Callable[[
         atomic_write_text(ids_file, json.dumps(sorted(int(i) for i in ids)))
     recipe = {**options, "train": {**options["train"], "vocab_file": str(ids_file)}}
     head = Component(drafter.class_path, recipe).build(target=calibration.target)
-    trained = {key: value for key, value in options.items() if key != "train"} | {"path": str(head.checkpoint)}
+    trained = head.recorded_options(recipe)
     return lambda: Component(drafter.class_path, trained).build(target=calibration.target), training_record(head)
 
 

@@ -96,7 +96,8 @@ def code_version() -> str:
     """Hash of the sources that can change a measurement (engine, drafters, data, metrics, ...)."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256(__version__.encode())
-    parts = ["decoding", "drafters", "data", "metrics", "measuring/measure.py", "measuring/replay.py"]
+    parts = ["decoding", "drafters", "data", "metrics", "measuring/measure.py", "measuring/replay.py",
+             "measuring/vocab.py"]
     for part in parts:
         path = root / part
         for file in sorted(path.rglob("*") if path.is_dir() else [path]):
@@ -120,7 +121,9 @@ class Evaluator:
         self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, spec.generation)
         # Build a drafter once before anything is keyed: a checkpoint its recipe trains on first use
         # (drafter=eagle with train) must exist when its files are hashed into the keys.
-        self.drafter_factory(None)()
+        built = self.drafter_factory(None)()
+        # The drafter as serving rebuilds what this measures (the config map records it).
+        self.recorded_drafter = Component(spec.drafter.class_path, built.recorded_options(spec.drafter.options))
 
     # -- identity ------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from specsparse.reporting.tables import bounded
+from specsparse.reporting.records import bounded
 from specsparse.util import atomic_write_text
 
 NA = "n/a"

@@ -94,3 +94,8 @@ def tss_jobs(
     for key, record in latest(records, *keys).items():
         picked.setdefault(key, record)
     return dict(sorted(picked.items(), key=lambda item: tuple(str(k) for k in item[0])))
+
+
+def bounded(name: str) -> list[str]:
+    """The columns of a value with its 95% interval: the point, then its low and high ends."""
+    return [name, f"{name}_low", f"{name}_high"]

@@ -31,7 +31,7 @@ from specsparse.decoding.models import load_model_cached
 from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.intervals import mean_interval
 from specsparse.reporting.mixed_stream import round_robin, run_mixed_stream
-from specsparse.reporting.records import JobRecord, ReportError, latest, tss_jobs
+from specsparse.reporting.records import JobRecord, ReportError, bounded, latest, tss_jobs
 from specsparse.serving.controller import Controller, drafter_factory
 from specsparse.serving.router import make_router, map_routing_prompts
 from specsparse.types import Component, GenerationConfig, recorded_class_path
@@ -109,10 +109,6 @@ def table1(records: Sequence[JobRecord], strategy: str = "bfs") -> pd.DataFrame:
             "verdict": (s.get("held_out") or {}).get("verdict"),
         })
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
-
-
-def bounded(name: str) -> list[str]:
-    return [name, f"{name}_low", f"{name}_high"]
 
 
 TABLE1_COLUMNS = ["model", "method", "domain", "strategy", "split", *bounded("accept_native"), *bounded("accept_tss"),
@@ -314,14 +310,22 @@ def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy
     return splits
 
 
+def _run_settings(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a job ran with (model, drafter, generation), the drafter under one key whichever version
+    recorded it."""
+    settings = {key: spec.get(key) for key in ("model", "dtype", "device", "generation")}
+    drafter = spec.get("drafter")
+    settings["drafter"] = drafter and {"class_path": recorded_class_path(drafter), "options": drafter.get("options", {})}
+    return settings
+
+
 def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain: int, strategy: str = "bfs",
                      progress: bool = True) -> dict[str, Any]:
     """Table 1's mixed-stream row: `per_domain` test prompts of every mapped domain through the
     runtime controller (the default router, fitted on the map's calibration prompts) against dense,
     timed side by side now, with the model, drafter and generation settings of the jobs."""
     jobs = [r for (_, domain), r in tss_jobs(records, strategy).items() if domain in merged.domains]
-    settings = {json.dumps({k: (r.reproduce.get("evaluation_spec") or {}).get(k) for k in
-                            ("model", "dtype", "device", "drafter", "generation")}, sort_keys=True) for r in jobs}
+    settings = {json.dumps(_run_settings(r.reproduce.get("evaluation_spec") or {}), sort_keys=True) for r in jobs}
     if len(settings) != 1:
         raise ReportError("--mixed-stream needs jobs of one model, drafter and generation setting; "
                           f"these jobs have {len(settings)}: pass the folders of one sweep")
@@ -329,7 +333,7 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
     if spec["model"] is None:
         raise ReportError("--mixed-stream needs the jobs' reproduce.json (their folders, not bare summaries)")
     target = load_model_cached(spec["model"], spec["dtype"], spec["device"])
-    drafter = Component(recorded_class_path(spec["drafter"]), spec["drafter"]["options"])
+    drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])
     controller = Controller(target, merged, drafter_factory(drafter),
                             make_router("tfidf").fit(map_routing_prompts(merged)))
     stream = round_robin(mapped_test_splits(records, merged, strategy), per_domain)

@@ -1,7 +1,7 @@
 """Weights & Biases view of a job (the results store stays the source of truth).
 
 One W&B run per job, grouped by its sweep, with a unique name (`run_identity`) and tags model / drafter /
-domain / search / experiment. It logs every measurement as it arrives (`on_measurement`, the `run_job`
+domain / search / experiment. It logs every measurement as it arrives (`on_told`, the `run_job`
 callback), then the measured configurations and the Pareto front as tables, an accept-length-vs-metric
 scatter plot (cost as colour), the domain config map as an artifact (`artifact_name`: one per model,
 domain and strategy), and the job's final numbers in `run.summary` (the same dict as summary.json plus
@@ -50,7 +50,7 @@ def import_wandb() -> Any:
     folders left by processes that are gone (killed with -9) are removed first."""
     if "wandb" in sys.modules:
         return sys.modules["wandb"]
-    import psutil  # noqa: PLC0415 - a Ray dependency
+    import psutil  # noqa: PLC0415
 
     base = Path(tempfile.gettempdir())
     for stale in base.glob(f"{TEMP_PREFIX}*"):
@@ -206,7 +206,7 @@ class WandbLogger:
         return Path(self.run.dir).parent
 
     # -- logging ---------------------------------------------------------------------------------
-    def on_measurement(self, candidate: Candidate, measurement: Measurement, cached: bool) -> None:
+    def on_told(self, candidate: Candidate, measurement: Measurement, cached: bool) -> None:
         """One point per configuration the search used (measured now or served by the store)."""
         if self.run is None:
             return

@@ -92,7 +92,7 @@ class SearchStrategy(abc.ABC):
     @classmethod
     def from_evaluator(cls, evaluator: Any, **options: Any) -> SearchStrategy:
         """The strategy for a calibration split (`specsparse.measuring.evaluation.Evaluator`), with the
-        config's options; how every job builds its strategy."""
+        config's options (`Component.build` calls it with the evaluator)."""
         return cls(**options)
 
     @abc.abstractmethod
@@ -157,6 +157,17 @@ class LayerSkipSearch(SearchStrategy):
     # -- state -----------------------------------------------------------------------------------
     def tell(self, candidate: Candidate, measurement: Measurement) -> None:
         self.measured[candidate] = measurement
+        if candidate == self.dense_candidate and not measurement.per_prompt:
+            self._check_needs_no_prompts()
+
+    def _check_needs_no_prompts(self) -> None:
+        """A measurement without per-prompt results (a synthetic objective) has no intervals and no
+        replies: a rule that needs them would reject every skip set and pick dense, silently."""
+        use_fidelity = self._constraints()[2]
+        if self.rule.feasibility == "lower_bound" or use_fidelity:
+            needs = "feasibility=lower_bound" if self.rule.feasibility == "lower_bound" else f"guard={self.rule.guard}"
+            raise ValueError(f"{needs} needs per-prompt results, and the dense measurement has none: "
+                             "measure through an Evaluator, or use TSSRule(feasibility='point', guard='task')")
 
     @property
     def dense(self) -> Measurement | None:

@@ -151,7 +151,7 @@ class Controller:
             ids = self.vocab_ids.get(domain) if domain else None
             try:
                 self._drafters[domain] = drafter_factory(target, None if ids is None else list(ids))
-            except ValueError as err:
+            except (TypeError, ValueError) as err:  # TypeError: an option the drafter does not take
                 raise ControllerError(f"drafter cannot be built: {err}") from err
 
     @property

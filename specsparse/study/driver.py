@@ -245,7 +245,9 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
     """Turn `fn(candidate) -> Measurement | (accept, metric, cost)` into an `evaluate_batch`.
 
     A tuple becomes a Measurement with `flops_fraction = cost` (synthetic objectives treat the cost as
-    the compute share) and zero timing counters. Lets every strategy run without a model.
+    the compute share) and zero timing counters. Lets every strategy run without a model; such
+    measurements have no per-prompt results, so a layer-skip search takes the papers' rule on them
+    (`TSSRule(feasibility="point", guard="task")`: intervals and reply fidelity need prompts).
     """
 
     def evaluate_batch(candidates: list[Candidate], on_measured: OnMeasured | None = None) -> list[Measurement]:

@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsparse.extras import require_installed
+from specsparse.study.driver import candidate_meta
 from specsparse.study.runners.ray_worker import (
     EvaluationWorker,
     candidate_from_dict,
-    candidate_to_dict,
     run_trial,
     spec_to_dict,
 )
@@ -327,7 +327,7 @@ class RayRunner:
         tuner = tune.Tuner(
             trainable,
             param_space={
-                "candidate": tune.grid_search([candidate_to_dict(c) for c in unique]),
+                "candidate": tune.grid_search([candidate_meta(c) for c in unique]),
                 "spec": spec_to_dict(spec),
                 "thresholds": None if thresholds is None else list(thresholds),
                 "cost_profile_text": Path(spec.cost_profile).read_text() if spec.cost_profile else None,
@@ -362,7 +362,7 @@ class RayRunner:
         self._ensure_workers()
         spec = evaluator.spec
         text = Path(spec.cost_profile).read_text() if spec.cost_profile else None
-        out = self._workers[0].price.remote(spec_to_dict(spec), candidate_to_dict(candidate),
+        out = self._workers[0].price.remote(spec_to_dict(spec), candidate_meta(candidate),
                                             measurement_to_dict(measurement), text)
         return measurement_from_dict(ray.get(out))
 

@@ -47,10 +47,6 @@ def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
     )
 
 
-def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
-    return {"skip_layers": list(candidate.skip_layers), "vocab_size": candidate.vocab_size}
-
-
 def candidate_from_dict(data: dict[str, Any]) -> Candidate:
     return Candidate(tuple(data["skip_layers"]), data.get("vocab_size"))
 

@@ -69,7 +69,7 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force-map", action="store_true",
                         help="apply a config map made for another model (its recorded identity differs)")
     parser.add_argument("--max-new-tokens", type=int, default=GenerationConfig.max_new_tokens)
-    parser.add_argument("--num-draft-tokens", type=int, default=5)
+    parser.add_argument("--num-draft-tokens", type=int, default=GenerationConfig.num_draft_tokens)
     parser.add_argument("--draft-length", default="fixed", choices=["fixed", "adaptive"],
                         help="fixed: draft --num-draft-tokens every step; adaptive: at most that many, chosen "
                              "per step from the acceptance so far (same output, usually faster)")

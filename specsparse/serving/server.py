@@ -77,7 +77,7 @@ class ServerSettings:
     max_queue: int = 8
     default_max_tokens: int = GenerationConfig.max_new_tokens
     max_tokens_limit: int = 1024
-    num_draft_tokens: int = 5
+    num_draft_tokens: int = GenerationConfig.num_draft_tokens
     draft_length: str = "fixed"
     api_key: str | None = None  # when set, /v1/* requests need "Authorization: Bearer <api_key>"
     request_timeout_s: float = 30.0  # the whole request (line, headers, body) must arrive within this of accept

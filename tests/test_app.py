@@ -199,6 +199,8 @@ BAD = [
     (["drafter=self_skip", "drafter.skip_layers=[99]"], "drafter.skip_layers"),
     (["drafter=self_skip", "drafter.skip_layers=[0,1,2,3]"], "drafter.skip_layers"),
     (["tss.protect_layers=[4]"], "tss.protect_layers"),
+    (["+tss.max_width=3"], "tss: unknown option(s) ['max_width']"),
+    (["tss.max_pool=2.5"], "tss.max_pool"),
     (["domain.name=poetry"], "domain.name"),
     (["domain.source=nowhere"], "domain.source"),
     (["domain.source=gsm8k", "domain=math", "domain.path=/no/such/file.jsonl"], "domain.path"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from specsparse.jobs.checks import looks_like_path
+
 
 def fail(message: str) -> int:
     """One line on stderr, exit code 2: how every command reports bad input."""
@@ -27,7 +29,7 @@ def set_threads(threads: int | None) -> int | None:
 
 def missing_model(source: str) -> str | None:
     """The one-line error for a model source that names a local path that is not there (else None)."""
-    if source.startswith(("/", "./", "../", "~")) or source.endswith(".gguf"):
+    if looks_like_path(source):
         if not Path(source).expanduser().exists():
             return f"--model {source}: no such file or folder (give an embedded name, a .gguf, a model folder or a Hub id)"
     return None

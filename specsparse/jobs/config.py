@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -320,10 +320,9 @@ def _tss_rule(value: Any, model: ModelInfo) -> TSSRule:
     """A layer-skip search's `rule`: the `tss` group (`rule: ${tss}` in conf/search/), checked key by key."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"search.rule={value!r}: give the tss settings (rule: ${{tss}})")
-    names = [f.name for f in fields(TSSRule)]
-    unknown = sorted(set(value) - set(names))
+    unknown = unknown_options(TSSRule, value)
     if unknown:
-        raise ConfigError(f"tss: unknown option(s) {unknown}: use {', '.join(names)}")
+        raise ConfigError(f"tss: unknown option(s) {unknown}: use {accepted_options(TSSRule, ())}")
     check_option_types(TSSRule, value, "tss")
     if "protect_layers" in value:
         check_layers(value["protect_layers"], "tss.protect_layers", model, skip_set=False)

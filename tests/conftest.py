@@ -47,17 +47,27 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 @pytest.fixture(scope="session")
 def tiny():
+    """A tiny 4-layer Llama on the fast forward path (the CPU default; tests/test_forward_path.py
+    compares it with eager)."""
+    from specsparse.decoding.forward_path import use_forward_path
     from specsparse.decoding.models import tiny_model
 
-    return tiny_model(num_layers=4, hidden_size=64, seed=0)
+    loaded = tiny_model(num_layers=4, hidden_size=64, seed=0)
+    use_forward_path(loaded.model, "fast")
+    return loaded
 
 
 @pytest.fixture(scope="session")
 def models():
-    """Two tiny 4-layer Llamas (seeds 0 and 1: a target and an independent draft model) for engine tests."""
+    """Two tiny 4-layer Llamas (seeds 0 and 1: a target and an independent draft model) for engine
+    tests, on the fast forward path."""
+    from specsparse.decoding.forward_path import use_forward_path
     from specsparse.decoding.models import tiny_model
 
-    return {seed: tiny_model(num_layers=4, hidden_size=48, seed=seed).model for seed in (0, 1)}
+    loaded = {seed: tiny_model(num_layers=4, hidden_size=48, seed=seed).model for seed in (0, 1)}
+    for model in loaded.values():
+        use_forward_path(model, "fast")
+    return loaded
 
 
 @pytest.fixture(scope="session")

@@ -220,7 +220,7 @@ def test_each_first_draft_is_the_heads_prediction_from_the_committed_features(mo
         states = head.fuse(session.features[:n])
         predicted = head(states[None], target.get_input_embeddings()(torch.tensor(sequence[1:]))[None],
                          torch.arange(n)[None])[0]
-        logits = head.logits(predicted, head.head_weight(target.get_output_embeddings().weight))
+        logits = head.logits(predicted, own_or_target_head(head, target))
     assert len(proposals) >= 8
     for length, token in proposals:
         row = logits[length - 2]
@@ -356,7 +356,7 @@ def test_every_tree_node_is_a_top_k_child_of_its_path_run_as_a_chain(models, tra
             for depth, step_token in enumerate(path):
                 state = head(state[None, None], embed(torch.tensor([[step_token]])),
                              torch.tensor([[chain.done + depth]]), chain.cache)[0, -1]
-            logits = head.logits(state, head.head_weight(target.get_output_embeddings().weight))
+            logits = head.logits(state, own_or_target_head(head, target))
         if tree == "static":
             assert token == int(logits.topk(3).indices[STATIC[node][-1]]), (node, path)
         else:
@@ -585,3 +585,8 @@ def test_eagle_on_the_embedded_model_is_lossless(smollm, layout):
         plain = speculative_generate(model, prompt, None, config, skip, smollm.eos_token_ids)
         spec = speculative_generate(model, prompt, EagleDrafter(head, model, tree), config, skip, smollm.eos_token_ids)
         assert spec.new_token_ids == plain.new_token_ids
+
+
+def own_or_target_head(head, target):
+    """The LM head a full-vocabulary EAGLE head drafts with: its own (EAGLE-3) or the target's."""
+    return None if head.layout == "eagle3" else target.get_output_embeddings()

@@ -212,4 +212,4 @@ def test_linear_maps_on_token_positions_only_equal_the_padded_forward(tiny, cont
     fast, padded = run(True), run(False)
     assert fast.keys() == padded.keys()
     for row in padded:
-        torch.testing.assert_close(fast[row], padded[row], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fast[row], padded[row], rtol=1e-4, atol=1e-4)  # float summation order

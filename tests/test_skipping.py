@@ -7,6 +7,7 @@ from conftest import physically_removed, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsparse.decoding.forward_path import use_forward_path
 from specsparse.decoding.models import tiny_model
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import SkipSetError, validate_skip_layers
@@ -16,7 +17,9 @@ NUM_LAYERS = 5
 
 @pytest.fixture(scope="module")
 def model():
-    return tiny_model(num_layers=NUM_LAYERS, hidden_size=64, seed=3).model
+    model = tiny_model(num_layers=NUM_LAYERS, hidden_size=64, seed=3).model
+    use_forward_path(model, "fast")  # the CPU default
+    return model
 
 
 def run_chunks(model, skip, token_ids, chunks):
@@ -98,7 +101,9 @@ def gemma_like():
         initializer_range=0.3,
     )
     torch.manual_seed(0)
-    return Gemma3ForCausalLM(config).eval()
+    model = Gemma3ForCausalLM(config).eval()
+    use_forward_path(model, "fast")
+    return model
 
 
 @settings(max_examples=15, deadline=None)

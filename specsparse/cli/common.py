@@ -1,8 +1,9 @@
-"""What several subcommands share: the one-line error, and the checks of --model and --threads
-that run before a model loads."""
+"""What several subcommands share: the one-line error, the --forward-path option, and the checks of
+--model and --threads that run before a model loads."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -25,6 +26,12 @@ def set_threads(threads: int | None) -> int | None:
 
     torch.set_num_threads(threads)
     return None
+
+
+def add_forward_path_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--forward-path", default="auto", choices=("auto", "eager", "fast"),
+                        help="fast: linear maps on weights prepacked for oneDNN (float32 on CPU); eager: PyTorch's "
+                             "own; auto (default): fast where it runs, else eager (specsparse/decoding/forward_path.py)")
 
 
 def missing_model(source: str) -> str | None:

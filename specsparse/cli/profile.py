@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsparse.cli.common import fail, missing_model, set_threads
+from specsparse.cli.common import add_forward_path_option, fail, missing_model, set_threads
 from specsparse.decoding.models import ModelLoadError
 from specsparse.util import first_line
 
@@ -21,6 +21,7 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m", help="any model source run.py accepts (default: smollm2-135m)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--device", default="cpu")
+    add_forward_path_option(p)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.add_argument("--force", action="store_true", help="measure again even when a profile is stored")
     p.set_defaults(func=run_profile)
@@ -42,7 +43,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if message := missing_model(args.model):
         return fail(message)
     try:
-        loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+        loaded = load_model(args.model, dtype=args.dtype, device=args.device, forward_path=args.forward_path)
     except (ModelLoadError, ValueError) as err:
         return fail(first_line(err))
     try:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.cli.common import fail, missing_model
+from specsparse.cli.common import add_forward_path_option, fail, missing_model
 from specsparse.data.prompts import PromptRecord, read_prompt_records
 from specsparse.decoding.models import ModelLoadError
 from specsparse.types import GenerationConfig
@@ -54,6 +54,7 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-map", required=True, metavar="PATH", help="domain config map (.yaml/.json)")
     parser.add_argument("--model", default="smollm2-135m", help="target model (default: smollm2-135m)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
+    add_forward_path_option(parser)
     parser.add_argument("--drafter", default=None, help="pld, samd, recycling, self_skip, draft_model, eagle or none "
                         "(default: the drafter the config map records, as the search measured it)")
     parser.add_argument("--drafter-path", metavar="DIR", default=None,
@@ -96,6 +97,7 @@ def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):
 
     return Controller.from_files(
         model=args.model, config_map=args.config_map, drafter=args.drafter, dtype=args.dtype,
+        forward_path=args.forward_path,
         router_examples=None if args.router == "none" else args.router, router_kind=args.router_kind,
         min_confidence=DEFAULT_MIN_CONFIDENCE if args.min_confidence is None else args.min_confidence,
         vocab_ids=args.vocab_ids, max_prompt_tokens=max_prompt_tokens, force_map=args.force_map,

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specsparse.cli.common import fail, missing_model, set_threads
+from specsparse.cli.common import add_forward_path_option, fail, missing_model, set_threads
 from specsparse.decoding.models import ModelLoadError
 from specsparse.drafters.eagle_recipe import TrainingRecipe
 from specsparse.util import first_line
@@ -25,6 +25,7 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m", help="target: any model source run.py accepts")
     p.add_argument("--dtype", default="float32", help="the target's dtype (the head trains in float32)")
     p.add_argument("--device", default="cpu")
+    add_forward_path_option(p)
     p.add_argument("--prompts", default=defaults.prompts, metavar="builtin|FILE.jsonl",
                    help="builtin: the built-in sets' calibration splits (their test splits stay held out); or a "
                         "JSONL of {\"prompt\": str} / {\"turns\": [str]}")
@@ -73,7 +74,7 @@ def run_train_drafter(args: argparse.Namespace) -> int:
     )
     try:
         recipe.check()  # before the model loads; the vocabulary's size is checked once it has
-        loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+        loaded = load_model(args.model, dtype=args.dtype, device=args.device, forward_path=args.forward_path)
         output = train_eagle_head(loaded, output, recipe)
     except (ModelLoadError, ValueError) as err:
         return fail(first_line(err))

@@ -31,6 +31,7 @@ from specsparse.decoding.batched_layers import (
     SharedRowsLayer,
     TokenPositions,
 )
+from specsparse.decoding.forward_path import lm_head
 from specsparse.decoding.skipping import skipper_for, validate_skip_layers
 
 PACK_BELOW = 0.9  # linear maps run on token positions only when these are under this share of the padded ones
@@ -62,17 +63,16 @@ class BatchedSession:
         self._linears: list[tuple[torch.nn.Module, str, torch.nn.Linear, PackedLinear]] | None = None
 
     def forward(
-        self, chunks: dict[int, list[int]], all_rows: bool = False, head_weight: torch.Tensor | None = None
+        self, chunks: dict[int, list[int]], all_rows: bool = False, head: torch.nn.Module | None = None
     ) -> dict[int, torch.Tensor]:
         """Run each row's `chunks[row]` after its cached context; return its logits [len, vocab].
 
-        head_weight: [vocab', hidden] rows of the LM head to compute (a trimmed head), default all.
+        head: hidden -> vocab' in place of the model's LM head (a trimmed head), default the model's.
         all_rows: run every row of the batch (rows missing from `chunks` run one padding token that
         is never kept), which avoids gathering the cache for a subset.
         """
         rows, lengths, hidden = self._run(chunks, all_rows)
-        weight = self.model.get_output_embeddings().weight if head_weight is None else head_weight
-        logits = torch.nn.functional.linear(hidden, weight).float()
+        logits = (lm_head(self.model) if head is None else head)(hidden).float()
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return dict(zip([r for r, n in zip(rows, lengths) if n], logits.split([n for n in lengths if n])))

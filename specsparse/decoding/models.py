@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specsparse.decoding.forward_path import forward_path_of, resolve_forward_path, use_forward_path
 from specsparse.util import file_sha256
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,12 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     identity: dict
+
+    @property
+    def forward_path(self) -> str:
+        """The forward path the model runs on, fast or eager (`specsparse.decoding.forward_path`). The
+        two round differently, so a near-tie can go either way: measurements record it."""
+        return forward_path_of(self.model)
 
     @property
     def num_layers(self) -> int:
@@ -73,18 +80,23 @@ def resolve_dtype(dtype: str) -> torch.dtype | str:
     return DTYPES[dtype]
 
 
-def load_model(source: str = "smollm2-135m", dtype: str = "float32", device: str = "cpu") -> LoadedModel:
-    """Load a causal LM in eval mode.
+def load_model(
+    source: str = "smollm2-135m", dtype: str = "float32", device: str = "cpu", forward_path: str = "auto"
+) -> LoadedModel:
+    """Load a causal LM in eval mode, on `forward_path` (see `specsparse.decoding.forward_path`).
 
     source: "smollm2-135m" / "gemma3-270m" (embedded offline models), "tiny" (random Llama for
         tests, see `tiny_model`), a path to a .gguf file, a local model directory, or a Hub id
         (only works where the Hub cache already holds it, or when the user is online).
+    `identity` describes the weights; the forward path is the model's own (`LoadedModel.forward_path`).
     """
     torch_dtype = resolve_dtype(dtype)
+    path = resolve_forward_path(forward_path, device, dtype)
     if source.startswith("tiny"):
         loaded = tiny_model()
         loaded.model.to(torch.float32 if torch_dtype == "auto" else torch_dtype)
         loaded.identity["dtype"] = dtype
+        use_forward_path(loaded.model, path)
         return loaded
     if source in EMBEDDED_MODELS:
         directory, identity = _converted_gguf(_embedded_gguf(source))
@@ -107,6 +119,7 @@ def load_model(source: str = "smollm2-135m", dtype: str = "float32", device: str
             f"file or one of {sorted(EMBEDDED_MODELS)}, or set HF_HUB_OFFLINE=0 where the Hub is reachable"
         ) from err
     identity["dtype"] = dtype
+    use_forward_path(model, path)
     return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
 
 
@@ -125,9 +138,9 @@ def _quiet_loading():
 
 
 @functools.lru_cache(maxsize=4)
-def load_model_cached(source: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+def load_model_cached(source: str, dtype: str = "float32", device: str = "cpu", forward_path: str = "auto") -> LoadedModel:
     """`load_model`, once per process: measurements and Ray workers reuse the loaded model."""
-    return load_model(source, dtype=dtype, device=device)
+    return load_model(source, dtype=dtype, device=device, forward_path=forward_path)
 
 
 def embedded_package(name: str) -> ModuleSpec:

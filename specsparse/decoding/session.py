@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from specsparse.decoding.forward_path import lm_head
 from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache, skipper_for, validate_skip_layers
 
 
@@ -76,10 +77,10 @@ class ModelSession:
         positions = (self.length + torch.tensor(depth)).unsqueeze(0)
         return positions.to(self.model.device), visible.to(self.model.device)
 
-    def logits(self, hidden: torch.Tensor, head_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """Float logits [n, vocab'] from hidden [n, hidden]; `head_weight` [vocab', hidden] trims the head."""
-        weight = self.model.get_output_embeddings().weight if head_weight is None else head_weight
-        logits = torch.nn.functional.linear(hidden, weight).float()
+    def logits(self, hidden: torch.Tensor, head: torch.nn.Module | None = None) -> torch.Tensor:
+        """Float logits [n, vocab'] from hidden [n, hidden]; `head` (hidden -> vocab', e.g. a trimmed head
+        from `forward_path.linear_map`) in place of the model's own."""
+        logits = (lm_head(self.model) if head is None else head)(hidden).float()
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -24,10 +24,11 @@ class DraftModelDrafter(LMDrafter):
     def from_target(
         cls, target, vocab_ids=None, source: str = "tiny", dtype: str = "float32", temperature: float = 0.0, seed: int = 0
     ) -> DraftModelDrafter:
-        """Load the draft model `source` (any `load_model` source; loaded once per process) next to `target`."""
+        """Load the draft model `source` (any `load_model` source; loaded once per process) next to `target`,
+        on the target's forward path."""
         from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
 
-        draft = load_model_cached(source, dtype=dtype, device=str(target.model.device))
+        draft = load_model_cached(source, dtype=dtype, device=str(target.model.device), forward_path=target.forward_path)
         if len(draft.tokenizer) != len(target.tokenizer):
             raise ValueError(
                 f"draft model {source!r} has a different tokenizer ({len(draft.tokenizer)} tokens vs the target's "

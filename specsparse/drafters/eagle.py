@@ -22,6 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specsparse.decoding.drafter import Drafter, Proposal
+from specsparse.decoding.forward_path import head_rows, is_fast, lm_head, prepack_linears
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import SkipAwareCache
 from specsparse.drafters.eagle_checkpoint import load_eagle_head
@@ -33,12 +34,15 @@ from specsparse.util import checkpoint_sha256
 
 def _cached_head(source: str, model: PreTrainedModel) -> EagleHead:
     """The head at `source` for `model`, loaded once per process (kept on the model, keyed by the
-    checkpoint's file hashes so a retrained one loads anew)."""
+    checkpoint's file hashes so a retrained one loads anew), on the model's forward path."""
     files = tuple(sorted(checkpoint_sha256(source).items())) if Path(source).is_dir() else ()
     heads = model.__dict__.setdefault("_specsparse_eagle_heads", {})
     if (source, files) not in heads:
         head = load_eagle_head(source, model.config, model.config.num_hidden_layers)
-        heads[(source, files)] = head.to(device=model.device, dtype=model.dtype)
+        head = head.to(device=model.device, dtype=model.dtype)
+        if is_fast(model):
+            prepack_linears(head)
+        heads[(source, files)] = head
     return heads[(source, files)]
 
 
@@ -65,19 +69,24 @@ class EagleDrafter(Drafter):
         self.target = target
         self.embedding = target.get_input_embeddings()
         self.feature_layers = head.feature_layers
-        target_head = target.get_output_embeddings().weight
+        output = target.get_output_embeddings()
+        fast = is_fast(target)
         self.vocab_ids = None if vocab_ids is None else sorted({int(i) for i in vocab_ids})
+        # The LM head it drafts with, hidden -> draft-vocabulary logits (None: an EAGLE-3 head's own).
         if self.vocab_ids is None:
             self.draft_to_target = head.draft_to_target
-            self.head_weight = head.head_weight(target_head)
+            if head.layout == "eagle3":
+                self.draft_head = None
+            else:
+                self.draft_head = lm_head(target) if head.draft_to_target is None else head_rows(
+                    output, head.draft_to_target, fast)
         else:  # a trimmed vocabulary chosen outside the checkpoint (search=tpe_vocab): rows of the LM head it
             # drafts with (the target's for EAGLE-1/2, its own for EAGLE-3)
             if head.draft_to_target is not None:
                 raise ValueError("this head was trained with a trimmed vocabulary of its own (d2t): only a "
                                  "full-vocabulary head drafts from a vocabulary chosen after training")
-            self.draft_to_target = torch.tensor(self.vocab_ids, device=target_head.device)
-            rows = target_head if head.layout == "eagle" else head.lm_head.weight
-            self.head_weight = rows[self.draft_to_target].contiguous()
+            self.draft_to_target = torch.tensor(self.vocab_ids, device=output.weight.device)
+            self.draft_head = head_rows(output if head.layout == "eagle" else head.lm_head, self.draft_to_target, fast)
         if tree is not None and (len(tree) != 2 or min(tree) < 1):
             raise ValueError(f"eagle tree must be [top_k, total_tokens] with both >= 1, got {list(tree)}")
         if tree is not None and tree_choices is not None:
@@ -211,7 +220,7 @@ class EagleDrafter(Drafter):
                 return self._propose_tree(state, k)
             tokens: list[int] = []
             for depth in range(k):
-                token = int(self.target_ids(self.head.logits(state, self.head_weight).argmax()))
+                token = int(self.target_ids(self.head.logits(state, self.draft_head).argmax()))
                 tokens.append(token)
                 if depth + 1 == k:
                     break
@@ -240,7 +249,7 @@ class EagleDrafter(Drafter):
             width = max((max(r) + 1 for r in children.values() if r), default=0)
             if width == 0:
                 break
-            logits = self.head.logits(torch.stack([states[n] for n in frontier]), self.head_weight)
+            logits = self.head.logits(torch.stack([states[n] for n in frontier]), self.draft_head)
             best, ids = torch.log_softmax(logits, dim=-1).topk(min(width, logits.shape[-1]), dim=-1)
             first_new = len(tokens)
             for f, node in enumerate(frontier):

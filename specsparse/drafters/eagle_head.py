@@ -126,12 +126,12 @@ class EagleHead(nn.Module):
             return None
         return target_head if self.draft_to_target is None else target_head[self.draft_to_target].contiguous()
 
-    def logits(self, hidden: torch.Tensor, head_weight: torch.Tensor | None) -> torch.Tensor:
-        """Float logits over the draft vocabulary from predicted features [..., h] (`head_weight`:
-        from `head_weight`, or rows of an EAGLE-3 head's own LM head)."""
-        if self.layout == "eagle3":  # its own head, or rows of it (a vocabulary trimmed after training)
-            return nn.functional.linear(self.norm(hidden), self.lm_head.weight if head_weight is None else head_weight).float()
-        return nn.functional.linear(hidden, head_weight).float()
+    def logits(self, hidden: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
+        """Float logits over the draft vocabulary from predicted features [..., h]. head: hidden ->
+        logits (rows of the target's LM head, or of an EAGLE-3 head's own); None: an EAGLE-3 head's own."""
+        if self.layout == "eagle3":
+            hidden = self.norm(hidden)
+        return (self.lm_head if head is None else head)(hidden).float()
 
 
 def head_config(target_config) -> LlamaConfig:

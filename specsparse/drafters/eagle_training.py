@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from specsparse.data import DOMAINS, build_messages
 from specsparse.decoding.batched import generate_batch
+from specsparse.decoding.forward_path import linear_map
 from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel
 from specsparse.decoding.session import ModelSession
@@ -173,11 +174,12 @@ def distillation_data(target: LoadedModel, records: Sequence[dict], target_rows:
 class Trainer:
     """The training loop over (features, tokens) sequences; `state_dict` makes it resumable."""
 
-    def __init__(self, head: EagleHead, embedding: nn.Module, head_weight: torch.Tensor, recipe: TrainingRecipe,
-                 total_steps: int):
+    def __init__(self, head: EagleHead, embedding: nn.Module, head_weight: torch.Tensor | None,
+                 recipe: TrainingRecipe, total_steps: int):
         self.head = head
         self.embedding = embedding
-        self.head_weight = head_weight
+        # The frozen target rows "eagle" drafts with (eager: they are read, never trained); None: the head's own.
+        self.target_head = None if head_weight is None else linear_map(head_weight, fast=False)
         self.recipe = recipe
         self.optimizer = torch.optim.AdamW(head.parameters(), lr=recipe.learning_rate, betas=(0.9, 0.95))
         warmup = max(1, total_steps // 20)
@@ -226,7 +228,7 @@ class Trainer:
         target_ids, target_probs = target_ids[used], target_probs[used]
         weight_sum = weights.sum().clamp(min=1e-6)
         feature_loss = (nn.functional.smooth_l1_loss(predicted, targets, reduction="none").mean(-1) * weights).sum() / weight_sum
-        log_probs = torch.log_softmax(self.head.logits(predicted, self.head_weight), dim=-1)
+        log_probs = torch.log_softmax(self.head.logits(predicted, self.target_head), dim=-1)
         token_loss = (-(target_probs * log_probs.gather(-1, target_ids)).sum(-1) * weights).sum() / weight_sum
         agreement = (log_probs.argmax(-1) == target_ids[:, 0]).float()[weights == 1.0]
         loss = feature_loss + self.recipe.token_loss_weight * token_loss

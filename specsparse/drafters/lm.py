@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 
 from specsparse.decoding.batched_session import BatchedSession
 from specsparse.decoding.drafter import Drafter, Proposal
+from specsparse.decoding.forward_path import head_rows, is_fast
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import decoder_layers
 
@@ -44,13 +45,13 @@ class LMDrafter(Drafter):
         head = model.get_output_embeddings().weight
         if vocab_ids is None:
             self.vocab_ids = None
-            self.head_weight = None
+            self.head = None  # the model's own LM head
         else:
             ids = torch.as_tensor(sorted(set(int(i) for i in vocab_ids)), dtype=torch.long)
             if len(ids) == 0 or int(ids.min()) < 0 or int(ids.max()) >= head.shape[0]:
                 raise ValueError(f"draft vocabulary ids must be within 0..{head.shape[0] - 1} and non-empty")
             self.vocab_ids = ids.to(head.device)
-            self.head_weight = head[self.vocab_ids].contiguous()  # [k, hidden]: the trimmed head
+            self.head = head_rows(model.get_output_embeddings(), self.vocab_ids, is_fast(model))  # hidden -> k
         self.full_vocab_size = head.shape[0]
         self.session: ModelSession | None = None
 
@@ -68,7 +69,7 @@ class LMDrafter(Drafter):
             group = sequences[first : first + batch_size]
             session = BatchedSession(self.model, self.skip_layers, len(group), max(len(s) for s in group))
             with torch.inference_mode():
-                logits = session.forward(dict(enumerate(group)), head_weight=self.head_weight)
+                logits = session.forward(dict(enumerate(group)), head=self.head)
             for row in range(len(group)):
                 best = logits[row].argmax(dim=-1)
                 predictions.append((best if self.vocab_ids is None else self.vocab_ids[best]).tolist())
@@ -101,7 +102,7 @@ class LMDrafter(Drafter):
         with torch.inference_mode():
             for _ in range(k):
                 hidden = session.hidden_states(pending)[-1:]
-                logits = session.logits(hidden, self.head_weight)[0]
+                logits = session.logits(hidden, self.head)[0]
                 token, dist = self._choose(logits)
                 tokens.append(token)
                 if dist is not None:

@@ -116,7 +116,8 @@ def build_plan(
     runner = _component(config["runner"], "runner", required="evaluate_batch")
     logger = _component(config["logger"], "logger") if config["logger"] else None  # logger=none
     evaluation = EvaluationSpec(
-        model=model.source, dtype=model.dtype, device=model.device, drafter=drafter, domain=domain,
+        model=model.source, dtype=model.dtype, device=model.device, forward_path=model.forward_path,
+        drafter=drafter, domain=domain,
         split="calibration", generation=generation, measure=measure,
         vocab_corpus=_vocab_corpus(config.get("vocab_corpus", EvaluationSpec.vocab_corpus), cwd_path),
         cost_profile=cost_profile(config.get("cost") or {}, model, cwd_path),

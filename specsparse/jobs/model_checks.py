@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specsparse.decoding.forward_path import ForwardPathError, resolve_forward_path
 from specsparse.decoding.models import DTYPES, EMBEDDED_MODELS, ModelLoadError, embedded_package
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.jobs.checks import ConfigError, absolute, looks_like_path
@@ -26,6 +27,7 @@ class ModelInfo:
     source: str
     dtype: str
     device: str
+    forward_path: str = "eager"  # as it runs on the device: eager or fast
     num_layers: int | None = None
     vocab_size: int | None = None
 
@@ -56,6 +58,10 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
         raise ConfigError(f"model.dtype={dtype!r}: use one of {', '.join([*DTYPES, 'auto'])}")
     device = str(cfg.get("device", "cpu"))
     _check_device(device)
+    try:
+        forward_path = resolve_forward_path(cfg.get("forward_path", "auto"), device, dtype)
+    except ForwardPathError as err:
+        raise ConfigError(f"model.{err}") from None
     num_layers = cfg.get("num_layers")
     if num_layers is None and Path(source).is_dir():  # a local checkpoint says how deep it is
         config_file = Path(source) / "config.json"
@@ -66,7 +72,7 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
     vocab_size = cfg.get("vocab_size")
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
         raise ConfigError(f"model.vocab_size must be a positive integer or null, got {vocab_size!r}")
-    return ModelInfo(str(cfg.get("name") or source), source, dtype, device, num_layers, vocab_size)
+    return ModelInfo(str(cfg.get("name") or source), source, dtype, device, forward_path, num_layers, vocab_size)
 
 
 def _check_device(device: str) -> None:

@@ -75,6 +75,7 @@ class EvaluationSpec:
     model: str = "smollm2-135m"
     dtype: str = "float32"
     device: str = "cpu"
+    forward_path: str = "auto"  # `specsparse.decoding.forward_path`; jobs give the one that runs (eager or fast)
     drafter: Component = Component("specsparse.drafters.samd.SuffixAutomatonDrafter")
     domain: DomainSpec = DomainSpec("translation")
     split: str = "calibration"
@@ -112,7 +113,7 @@ class Evaluator:
 
     def __init__(self, spec: EvaluationSpec):
         self.spec = spec
-        self.target = load_model_cached(spec.model, spec.dtype, spec.device)
+        self.target = load_model_cached(spec.model, spec.dtype, spec.device, spec.forward_path)
         self.domain = get_domain(spec.domain.name)
         self.examples = spec.domain.load(spec.split)
         if not self.examples:

@@ -43,6 +43,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from specsparse.decoding.forward_path import forward_path_of, is_fast, linear_map
 from specsparse.decoding.session import ModelSession
 from specsparse.util import content_hash, utc_now
 
@@ -99,6 +100,7 @@ def model_identity(model: PreTrainedModel) -> dict:
         "architecture": content_hash(model.config.to_dict()),
         "dtype": str(model.dtype),
         "device": str(model.device),
+        "forward_path": forward_path_of(model),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
@@ -234,9 +236,10 @@ def measure_unchecked_profile(model: PreTrainedModel, repeats: int = 7, seed: in
             one_round()
     hidden = torch.randn(1, model.get_output_embeddings().weight.shape[1], generator=generator).to(model.dtype)
     weight = model.get_output_embeddings().weight.detach()
-    with torch.inference_mode():
+    with torch.inference_mode():  # heads of that many rows, as a trimmed head runs on the model's path
         rows = [vocab // 8, vocab]
-        head = [_fastest_time(lambda r=r: torch.nn.functional.linear(hidden, weight[:r]), repeats) for r in rows]
+        heads = [linear_map(weight[:r], fast=is_fast(model)) for r in rows]
+        head = [_fastest_time(lambda h=h: h(hidden), repeats) for h in heads]
     head_per_row = max((head[1] - head[0]) / (rows[1] - rows[0]), 0.0)
     return CostProfile(
         identity=model_identity(model), num_layers=num_layers, vocab_size=vocab,

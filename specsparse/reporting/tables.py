@@ -313,7 +313,7 @@ def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy
 def _run_settings(spec: dict[str, Any]) -> dict[str, Any]:
     """What a job ran with (model, drafter, generation), the drafter under one key whichever version
     recorded it."""
-    settings = {key: spec.get(key) for key in ("model", "dtype", "device", "generation")}
+    settings = {key: spec.get(key) for key in ("model", "dtype", "device", "forward_path", "generation")}
     drafter = spec.get("drafter")
     settings["drafter"] = drafter and {"class_path": recorded_class_path(drafter), "options": drafter.get("options", {})}
     return settings
@@ -332,7 +332,7 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
     spec = json.loads(settings.pop())
     if spec["model"] is None:
         raise ReportError("--mixed-stream needs the jobs' reproduce.json (their folders, not bare summaries)")
-    target = load_model_cached(spec["model"], spec["dtype"], spec["device"])
+    target = load_model_cached(spec["model"], spec["dtype"], spec["device"], spec.get("forward_path", "auto"))
     drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])
     controller = Controller(target, merged, drafter_factory(drafter),
                             make_router("tfidf").fit(map_routing_prompts(merged)))

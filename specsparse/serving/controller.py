@@ -171,6 +171,7 @@ class Controller:
         config_map: str | os.PathLike = "config_map.yaml",
         drafter: str | None = None,
         dtype: str = "float32",
+        forward_path: str = "auto",
         router_examples: str | os.PathLike | None = "map",
         router_kind: str = "tfidf",
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
@@ -200,7 +201,7 @@ class Controller:
                         "default options, which may not be those the search measured with", config_map, cmap.drafter)
         factory = drafter_factory(drafter or cmap.drafter or DEFAULT_DRAFTER, **(drafter_options or {}))
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
-        target = load_model(model, dtype=dtype)
+        target = load_model(model, dtype=dtype, forward_path=forward_path)
         controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map)  # checks the map
         controller.router = _build_router(router_examples, router_kind, target, cmap)
         return controller

@@ -113,8 +113,9 @@ def builtin_prompts(tokenizer, per_domain: int) -> list[Prompt]:
     return prompts
 
 
-def build_methods(loaded, args) -> dict[str, Callable[[tuple[int, ...]], Run]]:
-    """Every method by name: a function from prompt ids to its `Run`."""
+def build_methods(loaded, eager, args) -> dict[str, Callable[[tuple[int, ...]], Run]]:
+    """Every method by name: a function from prompt ids to its `Run`. Ours run on `loaded` (on
+    --forward-path); HF's and `ours_dense_eager` on `eager`, the same weights as transformers runs them."""
     model, eos = loaded.model, loaded.eos_token_ids
     vocab = model.config.vocab_size
     skip = parse_layers(args.skip)
@@ -122,7 +123,7 @@ def build_methods(loaded, args) -> dict[str, Callable[[tuple[int, ...]], Run]]:
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
     adaptive = replace(config, draft_length="adaptive", verify_cost_per_token=args.verify_cost_per_token)
 
-    def ours(make_drafter=None, skip_layers=(), config=config):
+    def ours(make_drafter=None, skip_layers=(), config=config, model=model):
         def run(ids):
             drafter = make_drafter() if make_drafter else None
             r = speculative_generate(model, list(ids), drafter, config, skip_layers, eos)
@@ -134,7 +135,7 @@ def build_methods(loaded, args) -> dict[str, Callable[[tuple[int, ...]], Run]]:
             inputs = torch.tensor([ids])
             start = time.perf_counter()
             with torch.inference_mode():
-                out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.max_new_tokens,
+                out = eager.model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.max_new_tokens,
                                      do_sample=False, eos_token_id=list(eos), pad_token_id=eos[0], **kwargs)
             return Run(out[0, len(ids):].tolist(), time.perf_counter() - start)
         return run
@@ -149,6 +150,7 @@ def build_methods(loaded, args) -> dict[str, Callable[[tuple[int, ...]], Run]]:
     return {
         "hf_greedy": hf(),
         "ours_dense": ours(),
+        "ours_dense_eager": ours(model=eager.model),
         "hf_prompt_lookup": hf(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=3),
         "ours_pld": ours(pld()),
         "ours_pld_adaptive": ours(pld(), config=adaptive),
@@ -181,6 +183,7 @@ def reference_of(name: str) -> str | None:
 # The ratios reported, numerator over denominator (tokens/s); those whose methods did not run are left out.
 RATIOS = (
     ("ours_dense", "hf_greedy"),
+    ("ours_dense", "ours_dense_eager"),
     ("hf_prompt_lookup", "hf_greedy"),
     ("ours_pld", "hf_prompt_lookup"),
     ("ours_pld_adaptive", "hf_prompt_lookup"),
@@ -352,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help='model source for load_model ("tiny": random test model)')
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--forward-path", default="auto", choices=("auto", "eager", "fast"),
+                        help="the path ours run on (HF and ours_dense_eager always run eager)")
     parser.add_argument("--spec-bench", default=None, help="path to Spec-Bench question.jsonl (default: built-in sets)")
     parser.add_argument("--per-category", type=int, default=2, help="Spec-Bench prompts drawn per category")
     parser.add_argument("--categories", default="", help="comma-separated Spec-Bench categories (default: all)")
@@ -377,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, dtype=args.dtype)
+    loaded = load_model(args.model, dtype=args.dtype, forward_path=args.forward_path)
+    eager = loaded if loaded.forward_path == "eager" else load_model(args.model, dtype=args.dtype, forward_path="eager")
     if args.spec_bench:
         categories = [c for c in args.categories.split(",") if c]
         prompts = spec_bench_prompts(loaded.tokenizer, args.spec_bench, args.per_category, args.seed, categories)
@@ -385,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         prompts = builtin_prompts(loaded.tokenizer, args.per_domain)
         source = f"built-in sets ({' + '.join(BUILTIN_DOMAINS)}), {args.per_domain} per domain"
-    methods = build_methods(loaded, args)
+    methods = build_methods(loaded, eager, args)
     for name in filter(None, args.skip_methods.split(",")):
         if name not in methods:
             raise SystemExit(f"unknown method {name!r} in --skip-methods; methods: {', '.join(methods)}")
@@ -395,6 +401,7 @@ def main(argv: list[str] | None = None) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     checkpoint = output.with_name(output.stem + ".runs.json")
     settings = {k: getattr(args, k) for k in ("model", "dtype", "max_new_tokens", "k", "verify_cost_per_token", "skip", "self_skip")}
+    settings["forward_path"] = loaded.forward_path
     settings["threads"] = torch.get_num_threads()
     runs = run_all(methods, prompts, args.repeats, checkpoint, settings, args.resume)
     timings, first = timings_of(runs), {name: [per_method[name] for per_method in runs[0]] for name in methods}
@@ -403,7 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     load_end = os.getloadavg()
     wall_minutes = (time.time() - started) / 60
     header = (
-        f"model {args.model} ({args.dtype}), {len(prompts)} prompts ({source}), "
+        f"model {args.model} ({args.dtype}, ours on the {loaded.forward_path} path), {len(prompts)} prompts ({source}), "
         f"max_new_tokens {args.max_new_tokens}, k {args.k}, {args.repeats} repeat(s), "
         f"torch threads {torch.get_num_threads()}, skip set {list(skip)}, self_skip draft skip {args.self_skip}; "
         f"{wall_minutes:.1f} min; load average (1/5/15 min) "

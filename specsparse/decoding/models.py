@@ -111,7 +111,10 @@ def load_model(
             identity["config_sha256"] = file_sha256(Path(source) / "config.json")[:16]
     try:
         with _quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype).to(device).eval()
+            # The fast path packs a copy of each weight and drops the original: read into memory, the
+            # originals are freed; memory-mapped, their file pages would stay resident beside the copies.
+            model = AutoModelForCausalLM.from_pretrained(
+                directory, dtype=torch_dtype, disable_mmap=path == "fast").to(device).eval()
             tokenizer = AutoTokenizer.from_pretrained(directory)
     except OSError as err:
         raise ModelLoadError(

@@ -327,6 +327,25 @@ def summarize(timings, first, prompts: list[Prompt], skip_count: int, seed: int)
     return rows, ratios
 
 
+def divergences(eager, prompts: list[Prompt], first: dict[str, list[Run]], method: str = "ours_dense") -> list[dict]:
+    """Where `method`'s greedy output first differs from HF greedy's, per prompt that differs: the
+    position, both tokens, and the margin between the eager model's two best logits there (a near-tie
+    when small: float rounding of another kernel can flip it, and both outputs are then greedy)."""
+    found = []
+    for prompt, ours, hf in zip(prompts, first.get(method, []), first.get("hf_greedy", [])):
+        if ours.tokens == hf.tokens:
+            continue
+        position = next((i for i, (a, b) in enumerate(zip(ours.tokens, hf.tokens)) if a != b),
+                        min(len(ours.tokens), len(hf.tokens)))
+        with torch.inference_mode():
+            ids = torch.tensor([[*prompt.ids, *hf.tokens[:position]]])
+            logits = eager.model(input_ids=ids).logits[0, -1].float()
+        top = logits.topk(2).values
+        found.append({"prompt": prompt.id, "position": position, "ours": ours.tokens[position:position + 1],
+                      "hf": hf.tokens[position:position + 1], "eager_top2_margin": float(top[0] - top[1])})
+    return found
+
+
 def markdown(header: str, prompts: list[Prompt], rows: list[dict], ratios: dict, repeats: int) -> str:
     n = len(prompts)
     lines = [header, "", "Prompts (ids by category):", ""]
@@ -417,6 +436,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{'/'.join(f'{x:.2f}' for x in load_start)} at start, {'/'.join(f'{x:.2f}' for x in load_end)} at end"
     )
     text = markdown(header, prompts, rows, ratios, args.repeats)
+    diverged = divergences(eager, prompts, first)
+    if diverged:
+        margins = ", ".join(f"{d['eager_top2_margin']:.2g}" for d in diverged)
+        text += (f"\n\nours_dense differs from hf_greedy on {len(diverged)} of {len(prompts)} prompts; at each first "
+                 f"divergence the eager model's two best logits were {margins} apart (near-ties: either token is greedy "
+                 "within float rounding).")
     print(text)
     result = {
         "header": header,
@@ -426,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         "prompts": [{k: v for k, v in asdict(p).items() if k != "ids"} | {"prompt_tokens": len(p.ids)} for p in prompts],
         "rows": rows,
         "ratios": ratios,
+        "divergences": diverged,
         # Per method: [prompt][repeat] new tokens, wall seconds, seconds in model forwards (None for HF), CPU seconds.
         "timings": {name: {key: None if value is None else value.tolist() for key, value in t.items()}
                     for name, t in timings.items()},

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2-135m", help='any load_model source ("tiny": random test model)')
     parser.add_argument("--context", type=int, default=200, help="cached tokens before each timed forward")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved timing rounds")
+    parser.add_argument("--bandwidth-mb", type=int, default=1024, help="buffer the read bandwidth is timed on")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--output", default="outputs/bench_forward_path.json")
     args = parser.parse_args(argv)
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             sessions[path].prefill(context)
     load_start = os.getloadavg()
     medians = time_forwards(sessions, args.context, args.repeats)
-    bandwidth = read_bandwidth()
+    bandwidth = read_bandwidth(args.bandwidth_mb)
     weights = weight_bytes(loaded["eager"].model)
     floor_s = weights / bandwidth
     eager_one = medians[("eager", 1)]
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
                          "gflop": 2 * weights / 4 * k / 1e9})
     header = (f"model {args.model} (float32), context {args.context} tokens, {args.repeats} interleaved rounds (medians), "
               f"torch threads {torch.get_num_threads()}, load average {'/'.join(f'{x:.2f}' for x in load_start)} at start; "
-              f"weights {weights / 1e6:.0f} MB, read bandwidth {bandwidth / 1e9:.1f} GB/s (a {1024} MB sum): "
+              f"weights {weights / 1e6:.0f} MB, read bandwidth {bandwidth / 1e9:.1f} GB/s (a {args.bandwidth_mb} MB sum): "
               f"read floor {1e3 * floor_s:.1f} ms per forward")
     lines = [header, "", "| path | tokens | median ms | / own 1-token | / eager 1-token | / read floor | GFLOP |",
              "|---|---|---|---|---|---|---|"]

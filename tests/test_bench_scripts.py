@@ -169,6 +169,10 @@ SMOKE = [
                           "--store", "store.sqlite"], "| qa | builtin | pld |"),
     ("routing_accuracy", [], "| tfidf | built-in calibration | built-in test split |"),
     ("bench_batch_size", ["--model", "tiny", "--prompts", "16", "--max-new-tokens", "4"], "| 64 |"),
+    ("bench_speedup", ["--model", "tiny", "--domains", "qa", "--drafters", "pld", "--prompts", "2",
+                       "--override", "generation.max_new_tokens=6", "--output", "speedup.json"], "| pld fast |"),
+    ("bench_forward_path", ["--model", "tiny", "--repeats", "2", "--bandwidth-mb", "64", "--output", "fp.json"],
+     "| fast | 6 |"),
 ]
 
 

@@ -25,10 +25,15 @@ packed layers replace `nn.Linear` modules in place, so every caller of the model
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
 from torch import nn
 
 from specsparse.decoding.skipping import decoder_layers
+
+log = logging.getLogger(__name__)
 
 FORWARD_PATHS = ("auto", "eager", "fast")
 _ATTRIBUTE = "_specsparse_forward_path"  # set on a model whose linear maps run on the fast path
@@ -122,9 +127,12 @@ def use_forward_path(model: nn.Module, path: str) -> None:
     load. Fast packs every linear map of its decoder layers and a copy of its LM head (which stays as
     it is where the input embedding shares its weight)."""
     if path == "fast":
-        prepack_linears(decoder_layers(model))
+        start = time.perf_counter()
+        count = prepack_linears(decoder_layers(model))
         # In __dict__, not as a submodule: the model's parameters and state dict stay as loaded.
         model.__dict__[_ATTRIBUTE] = PrepackedLinear(model.get_output_embeddings().weight)
+        log.info("fast forward path: %d linear maps and the LM head packed for oneDNN in %.1f s",
+                 count, time.perf_counter() - start)
 
 
 def is_fast(model: nn.Module) -> bool:
@@ -138,4 +146,5 @@ def forward_path_of(model: nn.Module) -> str:
 
 def lm_head(model: nn.Module) -> nn.Module:
     """The model's LM head as it runs on its forward path (hidden [..., h] -> logits [..., vocab])."""
-    return model.__dict__.get(_ATTRIBUTE) or model.get_output_embeddings()
+    packed = model.__dict__.get(_ATTRIBUTE)
+    return model.get_output_embeddings() if packed is None else packed

@@ -140,9 +140,14 @@ def _quiet_loading():
             hf_logging.enable_progress_bar()
 
 
-@functools.lru_cache(maxsize=4)
 def load_model_cached(source: str, dtype: str = "float32", device: str = "cpu", forward_path: str = "auto") -> LoadedModel:
-    """`load_model`, once per process: measurements and Ray workers reuse the loaded model."""
+    """`load_model`, once per process: measurements and Ray workers reuse the loaded model ("auto" and
+    the path it resolves to are one model)."""
+    return _load_once(source, dtype, device, resolve_forward_path(forward_path, device, dtype))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_once(source: str, dtype: str, device: str, forward_path: str) -> LoadedModel:
     return load_model(source, dtype=dtype, device=device, forward_path=forward_path)
 
 

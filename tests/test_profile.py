@@ -2,7 +2,11 @@
 stored timing ever decides a selection."""
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from specsparse.measuring.profile import (
 )
 from specsparse.measuring.profile_fit import (
     CHUNKS,
+    MIN_CPU_SHARE,
     CostProfile,
     fit_timings,
     measure_unchecked_profile,
@@ -185,6 +190,31 @@ def test_a_measurement_that_keeps_failing_is_refused_in_one_line(tiny, monkeypat
     with pytest.raises(ProfileError, match=f"failed its checks {ATTEMPTS} times") as err:
         measure_checked_profile(tiny.model)
     assert len(calls) == ATTEMPTS and "\n" not in str(err.value) and "specsparse profile --force" in str(err.value)
+
+
+@pytest.fixture
+def busy_machine():
+    """More processes spinning than this machine has cores, for as long as the test runs."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + 1)]
+    time.sleep(0.5)  # all of them running
+    yield
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_a_busy_machine_is_refused_before_anything_is_timed(tiny, busy_machine, monkeypatch):
+    monkeypatch.setattr("specsparse.measuring.profile.measure_unchecked_profile", lambda *a, **k: pytest.fail("timed"))
+    with pytest.raises(ProfileError, match="the machine is busy") as err:
+        measure_checked_profile(tiny.model)
+    assert "\n" not in str(err.value) and "--allow-busy" in str(err.value) and "cost.profile=PATH" in str(err.value)
+
+
+def test_allow_busy_measures_and_records_it(tiny, busy_machine, monkeypatch):
+    monkeypatch.setattr("specsparse.measuring.profile.measure_unchecked_profile", lambda *a, **k: with_samples(PROFILE))
+    profile = measure_checked_profile(tiny.model, allow_busy=True)
+    assert profile.allowed_busy and min(profile.cpu_share) < MIN_CPU_SHARE
+    assert profile_record(profile)["allowed_busy"] is True
 
 
 # -- storage ---------------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
     add_forward_path_option(p)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.add_argument("--force", action="store_true", help="measure again even when a profile is stored")
+    p.add_argument("--allow-busy", action="store_true",
+                   help="measure even when this process does not get the CPU it asks for (other busy processes); "
+                        "the profile records it. Without it, a busy machine is refused with one line")
     p.set_defaults(func=run_profile)
 
 
@@ -48,14 +51,17 @@ def run_profile(args: argparse.Namespace) -> int:
         return fail(first_line(err))
     try:
         if args.force:
-            save_profile(measure_checked_profile(loaded.model, progress=True))
-        profile = profile_for(loaded.model, progress=True)
+            save_profile(measure_checked_profile(loaded.model, progress=True, allow_busy=args.allow_busy))
+        profile = profile_for(loaded.model, progress=True, allow_busy=args.allow_busy)
     except ProfileError as err:
         return fail(first_line(err))
     record = profile_record(profile)
     print(f"cost profile: {record['path']}")
     print(f"sha256:       {record['sha256']}")
-    print(f"measured at:  {record['measured_at']} (UTC), load average {record['load_average']}")
+    share = record["cpu_share"]
+    print(f"measured at:  {record['measured_at']} (UTC), load average {record['load_average']}, CPU share "
+          f"{'unknown' if share is None else ' / '.join(f'{v:.0%}' for v in share)} (before / after)"
+          f"{', measured busy (--allow-busy)' if record['allowed_busy'] else ''}")
     print(f"coefficients: one token (a1, b1) = {', '.join(f'{1000 * v:.4g}' for v in profile.single)} ms; "
           f"more (a, b, c, d) = {', '.join(f'{1000 * v:.4g}' for v in profile.verify)} ms")
     print("checks:")

@@ -32,8 +32,10 @@ from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import cache_dir
 from specsparse.measuring.profile_fit import (
     CONTEXT,
+    MIN_CPU_SHARE,
     SCHEMA,
     CostProfile,
+    cpu_share,
     fastest_repeat,
     measure_unchecked_profile,
     model_identity,
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # fresh measurements before a profile that keeps failing its checks is refused
 FIX = "measure one on a quieter machine with `specsparse profile --force`, or pin one with cost.profile=PATH"
+BUSY_FIX = ("measure it on a quieter machine, accept the load with `specsparse profile --force --allow-busy` "
+            "(recorded in the profile), or pin a profile with cost.profile=PATH")
 FIX_FILE = "give a profile `specsparse profile` wrote (it prints the path), or measure one with `specsparse profile --force`"
 
 
@@ -68,16 +72,35 @@ def check_profile(profile: CostProfile) -> CostProfile:
     return profile
 
 
-def measure_checked_profile(model: PreTrainedModel, attempts: int = ATTEMPTS, progress: bool = False) -> CostProfile:
-    """`measure_unchecked_profile` until one passes its checks; ProfileError after `attempts` failures."""
+def measure_checked_profile(model: PreTrainedModel, attempts: int = ATTEMPTS, progress: bool = False,
+                            allow_busy: bool = False) -> CostProfile:
+    """`measure_unchecked_profile` until one passes its checks; ProfileError after `attempts` failures,
+    or at once when the process does not get the CPU it asks for, before or after the timing
+    (`cpu_share` below MIN_CPU_SHARE), unless `allow_busy`, which the profile then records."""
     for attempt in range(1, attempts + 1):
+        before = _checked_cpu_share("before", allow_busy)
         profile = measure_unchecked_profile(model, progress=progress)
+        after = _checked_cpu_share("after", allow_busy)
+        profile = replace(profile, cpu_share=(round(before, 3), round(after, 3)),
+                          allowed_busy=min(before, after) < MIN_CPU_SHARE)
         failed = [c for c in profile_checks(profile) if not c.passed]
         if not failed:
             return profile
         log.warning("cost profile, attempt %d of %d: %s fails (%s)", attempt, attempts, failed[0].name, failed[0].detail)
     raise ProfileError(f"the cost profile measured for this model failed its checks {attempts} times "
                        f"({failed[0].name}: {failed[0].detail}): {FIX}")
+
+
+def _checked_cpu_share(when: str, allow_busy: bool) -> float:
+    share = cpu_share()
+    if share < MIN_CPU_SHARE:
+        message = (f"the machine is busy: {when} timing the cost profile this process got {share:.0%} of the CPU its "
+                   f"{torch.get_num_threads()} threads ask for (at least {MIN_CPU_SHARE:.0%} needed), so the profile "
+                   "would price forwards by the load")
+        if not allow_busy:
+            raise ProfileError(f"{message}: {BUSY_FIX}")
+        log.warning("%s; measuring it anyway (--allow-busy, recorded in the profile)", message)
+    return share
 
 
 # -- storage ---------------------------------------------------------------------------------------
@@ -102,6 +125,7 @@ def load_profile(path: str | os.PathLike, text: str | None = None) -> CostProfil
         data.update(single=tuple(float(v) for v in data["single"]), verify=tuple(float(v) for v in data["verify"]),
                     samples=tuple((int(k), int(c), float(t)) for k, c, t in data["samples"]),
                     load_average=None if data.get("load_average") is None else tuple(data["load_average"]),
+                    cpu_share=None if data.get("cpu_share") is None else tuple(float(v) for v in data["cpu_share"]),
                     head_per_row=float(data["head_per_row"]), num_layers=int(data["num_layers"]))
         profile = CostProfile(**data, path=str(path))
         if len(profile.single) != 2 or len(profile.verify) != 4 or not isinstance(profile.identity, dict):
@@ -120,9 +144,10 @@ def save_profile(profile: CostProfile) -> CostProfile:
     return profile
 
 
-def profile_for(model: PreTrainedModel, progress: bool = False) -> CostProfile:
+def profile_for(model: PreTrainedModel, progress: bool = False, allow_busy: bool = False) -> CostProfile:
     """This machine's profile of `model`: the stored one when it passes its checks, otherwise (none,
-    an older format, a failed check) one measured, checked and stored now."""
+    an older format, a failed check) one measured, checked and stored now (refused on a busy machine
+    unless `allow_busy`: `measure_checked_profile`)."""
     path = profile_path(model_identity(model))
     if str(path) not in _PROFILES:
         profile = None
@@ -133,7 +158,7 @@ def profile_for(model: PreTrainedModel, progress: bool = False) -> CostProfile:
                 log.warning("not using the stored cost profile (%s); measuring it again", err)
         if profile is None:
             log.info("measuring the cost profile of this model (once per machine setting) -> %s", path)
-            profile = save_profile(measure_checked_profile(model, progress=progress))
+            profile = save_profile(measure_checked_profile(model, progress=progress, allow_busy=allow_busy))
         _PROFILES[str(path)] = profile
     return _PROFILES[str(path)]
 
@@ -174,6 +199,8 @@ def profile_record(profile: CostProfile) -> dict[str, Any]:
         "schema": profile.schema,
         "measured_at": profile.measured_at,
         "load_average": None if profile.load_average is None else list(profile.load_average),
+        "cpu_share": None if profile.cpu_share is None else list(profile.cpu_share),
+        "allowed_busy": profile.allowed_busy,
         "identity": dict(profile.identity),
         "coefficients": {"single": list(profile.single), "verify": list(profile.verify),
                          "head_per_row": profile.head_per_row, "drafter_step_s": dict(profile.drafter_step_s)},

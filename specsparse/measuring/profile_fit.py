@@ -62,6 +62,9 @@ RESIDUAL_MAX = 0.5
 # Errors relative to at least this: forwards of a few milliseconds or less (tiny test models) are
 # mostly scheduler jitter, whose size does not shrink with them; a millisecond there ranks nothing.
 RESIDUAL_FLOOR_S = 0.002
+# A profile is timed only while this process gets at least this share of the CPU its torch threads ask
+# for (`cpu_share`): beside three busy processes on 2 cores it gets about 0.4, alone about 1.
+MIN_CPU_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class CostProfile:
     drafter_step_s: dict[str, float] = field(default_factory=dict)
     measured_at: str | None = None  # UTC, when the timing started
     load_average: tuple[float, float, float] | None = None  # os.getloadavg() then
+    cpu_share: tuple[float, float] | None = None  # `cpu_share` before and after the timing
+    allowed_busy: bool = False  # measured although `cpu_share` was below MIN_CPU_SHARE (`--allow-busy`)
     schema: int = SCHEMA
     path: str = field(default="", compare=False)  # the file it was read from or stored in (not in the file)
 
@@ -246,6 +251,18 @@ def measure_unchecked_profile(model: PreTrainedModel, repeats: int = 7, seed: in
         **fit_timings(times), head_per_row=float(head_per_row),
         measured_at=measured_at, load_average=tuple(round(v, 2) for v in load_average),
     )
+
+
+def cpu_share(seconds: float = 0.25) -> float:
+    """The share of the CPU this process's torch threads get: its CPU time over wall time x threads,
+    while every thread multiplies matrices for `seconds` (1.0: each thread ran all the time; other
+    busy processes on the same cores lower it, whatever the load average says)."""
+    threads = torch.get_num_threads()
+    a = torch.randn(384, 384)
+    wall, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < seconds:
+        a @ a
+    return (time.process_time() - cpu) / ((time.perf_counter() - wall) * threads)
 
 
 def _fastest_time(fn: Callable[[], Any], repeats: int) -> float:

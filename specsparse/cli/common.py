@@ -34,6 +34,18 @@ def add_forward_path_option(parser: argparse.ArgumentParser) -> None:
                              "own; auto (default): fast where it runs, else eager (specsparse/decoding/forward_path.py)")
 
 
+def forward_path_problem(forward_path: str, device: str, dtype: str) -> str | None:
+    """The one-line error for a --forward-path that cannot run with this device and dtype (else None),
+    before any model loads."""
+    from specsparse.decoding.forward_path import ForwardPathError, resolve_forward_path  # noqa: PLC0415 - torch
+
+    try:
+        resolve_forward_path(forward_path, device, dtype)
+    except ForwardPathError as err:
+        return f"--forward-path {forward_path}: {err}"
+    return None
+
+
 def missing_model(source: str) -> str | None:
     """The one-line error for a model source that names a local path that is not there (else None)."""
     if looks_like_path(source):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsparse.cli.common import add_forward_path_option, fail, missing_model, set_threads
+from specsparse.cli.common import add_forward_path_option, fail, forward_path_problem, missing_model, set_threads
 from specsparse.decoding.models import ModelLoadError
 from specsparse.util import first_line
 
@@ -43,7 +43,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
     if (code := set_threads(args.threads)) is not None:
         return code
-    if message := missing_model(args.model):
+    if message := missing_model(args.model) or forward_path_problem(args.forward_path, args.device, args.dtype):
         return fail(message)
     try:
         loaded = load_model(args.model, dtype=args.dtype, device=args.device, forward_path=args.forward_path)

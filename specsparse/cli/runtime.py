@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.cli.common import add_forward_path_option, fail, missing_model
+from specsparse.cli.common import add_forward_path_option, fail, forward_path_problem, missing_model
 from specsparse.data.prompts import PromptRecord, read_prompt_records
 from specsparse.decoding.models import ModelLoadError
 from specsparse.types import GenerationConfig
@@ -88,7 +88,7 @@ def _check_generation_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--{field.replace('_', '-')} {rest}") from None
     if args.min_confidence is not None and not 0 <= args.min_confidence <= 1:
         raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
-    if message := missing_model(args.model):
+    if message := missing_model(args.model) or forward_path_problem(args.forward_path, "cpu", args.dtype):
         raise ValueError(message)
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specsparse.cli.common import add_forward_path_option, fail, missing_model, set_threads
+from specsparse.cli.common import add_forward_path_option, fail, forward_path_problem, missing_model, set_threads
 from specsparse.decoding.models import ModelLoadError
 from specsparse.drafters.eagle_recipe import TrainingRecipe
 from specsparse.util import first_line
@@ -57,7 +57,7 @@ def run_train_drafter(args: argparse.Namespace) -> int:
 
     if (code := set_threads(args.threads)) is not None:
         return code
-    if message := missing_model(args.model):
+    if message := missing_model(args.model) or forward_path_problem(args.forward_path, args.device, args.dtype):
         return fail(message)
     if args.prompts != "builtin" and not Path(args.prompts).is_file():
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")

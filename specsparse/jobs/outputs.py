@@ -170,10 +170,11 @@ def results_table(job: JobResult) -> str:
     skip = s["selected_skip_layers"]
     label = Candidate(tuple(skip), s["selected_vocab_size"]).label
     metric = s["metric"]["name"] + " (0-100)" if s["metric"] else "metric"
+    width = max(28, len(metric) + 12)  # a long metric name keeps a space before its column
     lines = [
         f"domain {s['domain']}, search {s['strategy']}: selected {label}"
         + (f" ({len(skip)} layers skipped)" if skip else ""),
-        f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{metric + ' [95% CI]':>28}"
+        f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{metric + ' [95% CI]':>{width}}"
         f"{'fidelity [95% CI]':>24}{'modeled tok/s':>15}",
     ]
     for split in ("calibration", "test"):
@@ -185,7 +186,7 @@ def results_table(job: JobResult) -> str:
             accept = _with_interval(intervals.get(f"accept_{which}"), 2)
             value = _with_interval(intervals.get(f"metric_{which}"), 1) if m["metric"] is not None else "n/a"
             fidelity = "100.0" if which == "dense" else _with_interval(s["fidelity"][split], 1)
-            lines.append(f"{split:<12}{which:<10}{accept:>24}{value:>28}{fidelity:>24}"
+            lines.append(f"{split:<12}{which:<10}{accept:>24}{value:>{width}}{fidelity:>24}"
                          f"{_fmt(m['modeled_tokens_per_s'], 1):>15}")
     timing = s.get("measured_timing_test")
     if timing is not None:

@@ -327,6 +327,9 @@ def _tss_rule(value: Any, model: ModelInfo) -> TSSRule:
     check_option_types(TSSRule, value, "tss")
     if "protect_layers" in value:
         check_layers(value["protect_layers"], "tss.protect_layers", model, skip_set=False)
+        if model.num_layers is not None and len(set(value["protect_layers"])) >= model.num_layers:
+            raise ConfigError(f"tss.protect_layers protects all {model.num_layers} layers of {model.name}, so the "
+                              "search has nothing to skip: leave at least one layer unprotected")
     try:
         return TSSRule(**value)
     except (TypeError, ValueError) as err:

@@ -67,10 +67,10 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
         config_file = Path(source) / "config.json"
         if config_file.is_file():
             num_layers = json.loads(config_file.read_text()).get("num_hidden_layers")
-    if num_layers is not None and (not isinstance(num_layers, int) or num_layers < 1):
+    if num_layers is not None and (not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1):
         raise ConfigError(f"model.num_layers must be a positive integer or null, got {num_layers!r}")
     vocab_size = cfg.get("vocab_size")
-    if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
+    if vocab_size is not None and (not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1):
         raise ConfigError(f"model.vocab_size must be a positive integer or null, got {vocab_size!r}")
     return ModelInfo(str(cfg.get("name") or source), source, dtype, device, forward_path, num_layers, vocab_size)
 

@@ -55,7 +55,7 @@ def test_default_is_the_quickstart(tmp_path):
     assert plan.experiment == "quickstart"
     assert (plan.model.source, plan.model.dtype, plan.model.device) == ("smollm2-135m", "float32", "cpu")
     assert plan.evaluation.domain.name == "qa" and plan.evaluation.domain.limit == 100
-    assert plan.evaluation.generation.max_new_tokens == 16 and plan.timing_prompts == 12
+    assert plan.evaluation.generation.max_new_tokens == 16 and plan.timing_prompts == 24
     assert plan.search.class_path == "specsparse.search.bfs.BFSSearch"
     assert plan.search.options["rule"].max_depth == 2 and plan.search.options["rule"].max_pool == 4
     assert plan.store_path == tmp_path / "outputs" / "store.sqlite"

@@ -79,7 +79,7 @@ class ModelSession:
 
     def logits(self, hidden: torch.Tensor, head: torch.nn.Module | None = None) -> torch.Tensor:
         """Float logits [n, vocab'] from hidden [n, hidden]; `head` (hidden -> vocab', e.g. a trimmed head
-        from `forward_path.linear_map`) in place of the model's own."""
+        from `forward_path.head_rows`) in place of the model's own."""
         logits = (lm_head(self.model) if head is None else head)(hidden).float()
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap

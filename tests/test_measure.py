@@ -193,3 +193,47 @@ def test_a_warm_started_recycling_table_measures_the_same_in_batches_and_in_the_
     drafter.observe([1], [3, 4], torch.randn(2, vocab))
     drafter.reset()  # back to the warm table, not to an empty one
     assert torch.equal(drafter.adj, table)
+
+
+@pytest.mark.parametrize("drafter", [
+    Component("specsparse.drafters.samd.SuffixAutomatonDrafter",
+              {"corpus": ["builtin:translation"], "recycling_warm_start": True}),
+    Component("specsparse.drafters.recycling.TokenRecyclingDrafter",
+              {"warm_start": True, "warm_corpus": ["builtin:translation"]}),
+])
+def test_nothing_a_drafter_learns_before_a_search_comes_from_the_prompts_a_job_measures(monkeypatch, drafter):
+    """A corpus (SAMD's static automaton) and a warm Token Recycling table hold texts of the job's
+    domain, but none of its calibration or test examples: neither their prompts nor their references
+    reach the drafter before they are measured. The table is built once, by the dense target."""
+    import specsparse.drafters.recycling as recycling
+
+    warmed: list[list[int]] = []
+    real_warm_table = recycling.warm_table
+    monkeypatch.setattr(recycling, "warm_table",
+                        lambda model, sequences, top_k: warmed.extend(sequences) or real_warm_table(model, sequences, top_k))
+    domain = DomainSpec("translation", limit=20)
+    evaluator = Evaluator(EvaluationSpec(model="tiny", drafter=drafter, domain=domain, generation=CONFIG))
+    built = evaluator.drafter_factory(None)()
+    tokenizer = evaluator.target.tokenizer
+    table = getattr(built, "fallback", built).initial
+    assert warmed and table is not None and (table >= 0).any()
+    assert getattr(evaluator.drafter_factory(None)(), "fallback", built).initial is table  # built once
+
+    def retrieves(text: str) -> bool:
+        state, n = 0, 0
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        for tok in ids:
+            state, n = built.corpus.advance(state, n, tok)
+        return n == len(ids)
+
+    learned = [tokenizer.decode(sequence) for sequence in warmed]
+    measured = [ex for split in ("calibration", "test") for ex in domain.load(split)]
+    for example in measured:
+        for text in (*example.turns, *example.references):
+            assert not any(text in seen for seen in learned), f"{example.id} reached the warm table"
+            if isinstance(built, SuffixAutomatonDrafter) and len(text.split()) >= 6:
+                assert not retrieves(text), f"{example.id} reached the corpus"
+    others = [ex for ex in load_examples("translation") if ex.id not in {m.id for m in measured}]
+    assert any(ex.references[0] in seen for ex in others for seen in learned)  # the domain's other texts warm it
+    if isinstance(built, SuffixAutomatonDrafter):
+        assert retrieves(others[0].references[0])

@@ -22,6 +22,7 @@ test prompts' answers out of it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def builtin_responses(entry: str, exclude_ids: Sequence[str] = ()) -> list[str]:
 
 def corpus_texts(entries: Sequence[str], exclude_ids: Sequence[str] = ()) -> tuple[str, ...]:
     """The texts of corpus entries that need no job ("builtin", "builtin:<domain>", files, saved
-    datasets, "hf:" ids); built-in examples in `exclude_ids` (a job's test split) stay out."""
+    datasets, "hf:" ids); built-in examples in `exclude_ids` stay out."""
     texts: list[str] = []
     for entry in entries:
         if builtin_sets(entry) is not None:
@@ -127,3 +128,11 @@ def corpus_texts(entries: Sequence[str], exclude_ids: Sequence[str] = ()) -> tup
         else:
             texts += load_responses(entry)
     return tuple(texts)
+
+
+@functools.lru_cache(maxsize=8)
+def corpus_token_ids(tokenizer, entries: tuple[str, ...], exclude_ids: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """The token ids of each text of a corpus (`specsparse.data.corpus.corpus_texts`), built-in
+    examples in `exclude_ids` left out; once per process and arguments."""
+    return tuple(tuple(tokenizer(text, add_special_tokens=False).input_ids)
+                 for text in corpus_texts(entries, exclude_ids) if text)

@@ -108,9 +108,9 @@ class Drafter:
     drafts_trees: bool = False
     # Drafts through an LM head that a trimmed vocabulary (`vocab_ids`, search=tpe_vocab) can cut.
     trims_vocabulary: bool = False
-    # `from_target` keywords the job provides (`Evaluator.drafter_factory`): "exclude_ids", the test
-    # split's example ids a corpus leaves out; "calibration_sequences", a callable giving the token ids
-    # of the calibration prompts with the dense target's greedy replies.
+    # `from_target` keywords the job provides (`Evaluator.drafter_factory`): "exclude_ids", the example
+    # ids of the job's domain's calibration and test splits, which nothing the drafter learns before
+    # it is measured (a corpus, a warm table, training data) may come from.
     job_context: tuple[str, ...] = ()
     # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
     # final-norm output), or None.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
+from specsparse.data.corpus import corpus_token_ids
 from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.util import content_hash
 
@@ -22,32 +23,39 @@ class TokenRecyclingDrafter(Drafter):
     tree: a static draft tree, as the paper drafts (e.g. [3, 2]): the root's top-3 successors, each
     with its top-2, then top-1 chains to depth k; None drafts the top-1 chain.
     initial: the starting table (None: empty). Measurements start every request from the same
-    table, so requests stay independent and batched measurement stays exact: with `warm_start`,
-    the table of the job's calibration split (`warm_table`), as a deployment that has served those
-    requests would hold it; else empty.
+    table, so requests stay independent and batched measurement stays exact. With `warm_start`, the
+    table the dense target leaves after verifying the texts of `warm_corpus` (`warm_table`), as a
+    deployment that had served such text would hold it; else empty.
     """
 
     name = "recycling"
     replayable = False
-    job_context = ("calibration_sequences",)
+    job_context = ("exclude_ids",)
 
     @classmethod
     def from_target(cls, target, vocab_ids=None, top_k: int = 8, tree: Sequence[int] | None = None,
-                    warm_start: bool = False,
-                    calibration_sequences: Callable[[], list[list[int]]] | None = None) -> TokenRecyclingDrafter:
-        """warm_start: start from the table the dense target's calibration-split replies leave
-        (`calibration_sequences`, given by the job; without one, e.g. when serving, the table starts
-        empty and warms as requests come)."""
+                    warm_start: bool = False, warm_corpus: Sequence[str] = ("builtin",),
+                    exclude_ids: Sequence[str] = ()) -> TokenRecyclingDrafter:
+        """warm_start: start from the table the dense target leaves after verifying every text of
+        `warm_corpus` (entries as `specsparse.data.corpus` reads them: by default the built-in sets'
+        references), built once per process. A job gives `exclude_ids`, its domain's calibration and
+        test examples: no prompt under measurement, nor its reference, reaches the table before it is
+        measured. Serving gives none."""
         if vocab_ids is not None:
             super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         initial = None
-        if warm_start and calibration_sequences is not None:
-            initial = warm_table(target.model, calibration_sequences(), top_k)
+        if warm_start:
+            initial = warm_table(target.model, corpus_token_ids(target.tokenizer, tuple(warm_corpus),
+                                                                tuple(sorted(exclude_ids))), top_k)
         return cls(vocab_size=target.model.config.vocab_size, top_k=top_k, tree=tree, initial=initial)
 
     @classmethod
-    def check_options(cls, top_k: int = 8, tree: Sequence[int] | None = None, warm_start: bool = False) -> None:
+    def check_options(cls, top_k: int = 8, tree: Sequence[int] | None = None, warm_start: bool = False,
+                      warm_corpus: Sequence[str] = ("builtin",)) -> None:
+        """Option values, before anything loads (corpus entries are checked with the job's paths)."""
         cls(vocab_size=1, top_k=top_k, tree=tree)  # the vocabulary comes from the target
+        if warm_start and not warm_corpus:
+            raise ValueError("warm_start needs a warm_corpus to warm from: give one (e.g. [builtin]) or warm_start=false")
 
     def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None,
                  initial: torch.Tensor | None = None) -> None:
@@ -111,20 +119,25 @@ class TokenRecyclingDrafter(Drafter):
         self.adj[torch.tensor(list(last_row.keys())), :width] = top
 
 
-def warm_table(model, sequences: list[list[int]], top_k: int) -> torch.Tensor:
-    """The adjacency table after the target has verified `sequences` in order (each row: the top-k
-    successors the target predicts after the token, at its last occurrence), one forward per
-    sequence; cached per model, sequences and top_k."""
-    key = (id(model), content_hash(sequences), top_k)
+def warm_table(model, sequences: Sequence[Sequence[int]], top_k: int, batch_size: int = 16) -> torch.Tensor:
+    """The adjacency table after the dense target has verified `sequences` in order (each row: the
+    top-k successors the target predicts after the token, at its last occurrence), in padded
+    batches of `batch_size`; cached per model, sequences and top_k."""
+    key = (id(model), content_hash([list(s) for s in sequences]), top_k)
     if key not in _WARM_TABLES:
         vocab = model.config.vocab_size
         adj = torch.full((vocab, top_k), -1, dtype=torch.long)
         with torch.inference_mode():
-            for sequence in sequences:
-                logits = model(input_ids=torch.tensor([sequence], device=model.device)).logits[0, :, :vocab]
-                last_row = {int(t): i for i, t in enumerate(sequence)}
-                top = torch.topk(logits[list(last_row.values())].float(), min(top_k, vocab), dim=-1).indices
-                adj[list(last_row), : top.shape[1]] = top.cpu()
+            for start in range(0, len(sequences), batch_size):
+                batch = [list(s) for s in sequences[start:start + batch_size]]
+                width = max(len(s) for s in batch)
+                ids = torch.tensor([s + [0] * (width - len(s)) for s in batch], device=model.device)
+                mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch], device=model.device)
+                logits = model(input_ids=ids, attention_mask=mask).logits  # right padding: real positions are exact
+                for row, sequence in enumerate(batch):
+                    last_row = {int(t): i for i, t in enumerate(sequence)}
+                    top = torch.topk(logits[row, list(last_row.values()), :vocab].float(), min(top_k, vocab), dim=-1)
+                    adj[list(last_row), : top.indices.shape[1]] = top.indices.cpu()
         _WARM_TABLES[key] = adj
     return _WARM_TABLES[key]
 

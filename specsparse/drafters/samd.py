@@ -4,7 +4,7 @@ automaton) or in a text corpus (a static one)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -100,26 +100,28 @@ class SuffixAutomatonDrafter(Drafter):
     """
 
     name = "samd"
-    job_context = ("exclude_ids", "calibration_sequences")
+    job_context = ("exclude_ids",)
 
     @classmethod
     def from_target(
         cls, target, vocab_ids=None, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
         recycling_tree: Sequence[int] | None = None, recycling_warm_start: bool = False, corpus: Sequence[str] = (),
-        exclude_ids: Sequence[str] = (), calibration_sequences: Callable[[], list[list[int]]] | None = None,
+        exclude_ids: Sequence[str] = (),
     ) -> SuffixAutomatonDrafter:
         """SAMD; with `recycling_fallback` (the default) short matches fall back to Token Recycling
-        (drafting the static tree `recycling_tree` when given, from a warm table with
-        `recycling_warm_start`: see `TokenRecyclingDrafter`).
+        (drafting the static tree `recycling_tree` when given, from the table the dense target leaves
+        after verifying `corpus` (or the built-in sets without one) with `recycling_warm_start`: see
+        `TokenRecyclingDrafter`).
         corpus: entries of the static automaton's texts, as `specsparse.data.corpus` reads them
         ("builtin", "builtin:<domain>", a .jsonl, a saved `datasets` folder, "hf:<id>"); () for
-        none. exclude_ids, calibration_sequences: given by the job (`Drafter.job_context`)."""
+        none. exclude_ids: given by a job (`Drafter.job_context`), its domain's calibration and test
+        examples, kept out of the corpus and the warm table."""
         super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
 
         fallback = TokenRecyclingDrafter.from_target(
             target, top_k=recycling_top_k, tree=recycling_tree, warm_start=recycling_warm_start,
-            calibration_sequences=calibration_sequences) if recycling_fallback else None
+            warm_corpus=tuple(corpus) or ("builtin",), exclude_ids=exclude_ids) if recycling_fallback else None
         static = corpus_automaton(target.tokenizer, tuple(corpus), tuple(sorted(exclude_ids))) if corpus else None
         return cls(min_match=min_match, fallback=fallback, corpus=static)
 
@@ -207,7 +209,6 @@ class SuffixAutomatonDrafter(Drafter):
 @functools.lru_cache(maxsize=8)
 def corpus_automaton(tokenizer, entries: tuple[str, ...], exclude_ids: tuple[str, ...]) -> SuffixAutomaton:
     """The static automaton of a corpus for this tokenizer, built once per process and arguments."""
-    from specsparse.data.corpus import corpus_texts  # noqa: PLC0415
+    from specsparse.data.corpus import corpus_token_ids  # noqa: PLC0415
 
-    return SuffixAutomaton.of_documents(tokenizer(text, add_special_tokens=False).input_ids
-                                        for text in corpus_texts(entries, exclude_ids))
+    return SuffixAutomaton.of_documents(corpus_token_ids(tokenizer, entries, exclude_ids))

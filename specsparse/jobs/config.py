@@ -258,9 +258,10 @@ def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
         check_layers(options["skip_layers"], "drafter.skip_layers", model)
     if "path" in options and not options["path"]:
         raise ConfigError(f"drafter {cls.name} needs drafter.path=<checkpoint directory or Hub id>")
-    if "corpus" in options:  # a drafter's own text corpus (samd's static automaton)
-        options = {**options, "corpus": corpus_entries(options["corpus"], cwd, "drafter.corpus", ("builtin",),
-                                                        allow_empty=True)}
+    for option in ("corpus", "warm_corpus"):  # a drafter's own texts (samd's static automaton, a warm table)
+        if option in options:
+            options = {**options, option: corpus_entries(options[option], cwd, f"drafter.{option}", ("builtin",),
+                                                          allow_empty=True)}
     for option in ("source", "path"):  # a draft model or checkpoint: a local path resolves against cwd
         source = options.get(option)
         if isinstance(source, str) and (looks_like_path(source) or (cwd / source).is_dir()):

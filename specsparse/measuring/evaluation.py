@@ -20,11 +20,9 @@ from typing import Any
 import torch
 
 from specsparse import __version__
-from specsparse.data import Example, build_messages, get_domain, load_examples, split_examples
+from specsparse.data import Example, get_domain, load_examples, split_examples
 from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
-from specsparse.decoding.batched import generate_batch
 from specsparse.decoding.drafter import Drafter
-from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel, load_model_cached
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
 from specsparse.measuring.profile import DraftCost, draft_cost, pinned_profile, price, profile_for
@@ -178,28 +176,19 @@ class Evaluator:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
         drafter = self.spec.drafter
-        provided = {"exclude_ids": self.test_ids, "calibration_sequences": lambda: self.calibration_sequences}
-        context = {name: provided[name] for name in drafter.cls.job_context}
+        context = {name: self.measured_ids for name in drafter.cls.job_context}  # "exclude_ids", the one key
         return lambda: drafter.build(target=self.target, vocab_ids=vocab_ids, **context)
 
     @functools.cached_property
-    def calibration_sequences(self) -> list[list[int]]:
-        """Token ids of each calibration prompt (first turn) followed by the dense target's greedy
-        reply, whatever this evaluator's split (what a warm-started drafter learned before the job).
-        The replies are dense continuations a replayed measurement of this split reuses."""
-        if self.spec.split != "calibration":
-            return evaluator_for(self.spec.with_split("calibration")).calibration_sequences
-        prompts = [encode_messages(self.target.tokenizer, build_messages(self.domain, ex, 0)) for ex in self.examples]
-        config = replace(self.spec.generation, num_draft_tokens=0)
-        results = generate_batch(self.target.model, prompts, None, config, (), self.target.eos_token_ids,
-                                 self.batch_size)
-        for prompt, result in zip(prompts, results):
-            self.continuations[((), tuple(prompt))] = result.new_token_ids
-        return [[*p, *r.new_token_ids] for p, r in zip(prompts, results)]
+    def measured_ids(self) -> tuple[str, ...]:
+        """The ids of this domain's calibration and test examples, whatever this evaluator's split:
+        what a job measures, so nothing a drafter learns before it is measured (a corpus, a warm
+        table, a trained head: `Drafter.job_context`) comes from them."""
+        return tuple(ex.id for split in ("calibration", "test") for ex in self.spec.domain.load(split))
 
     @functools.cached_property
     def test_ids(self) -> tuple[str, ...]:
-        """The ids of this domain's test split (whatever this evaluator's split): kept out of corpora."""
+        """The ids of this domain's test split (whatever this evaluator's split): kept out of `vocab_corpus`."""
         return tuple(ex.id for ex in self.spec.domain.load("test"))
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:

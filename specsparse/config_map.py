@@ -12,15 +12,23 @@ One file, written as both YAML and JSON with the same content:
     domains:
       qa:
         skip_layers: [3, 17]            # selected skip set
+        verdict: held                   # held-out verdict (held / inconclusive / did not hold / dense kept / not evaluated)
+        verdict_checks:                 # each check's 95% interval [point, low, high] against its threshold
+          speedup: {interval: [1.21, 1.12, 1.30], threshold: 1.0, state: held}
         accept_length: 2.31             # calibrated on the calibration split
-        metric: 0.52                    # task metric on 0-1; null for domains without references
+        metric_name: F1                 # the domain's metric; metrics on 0-100
+        metric: 52.0                    # null for domains without references
         sparsity: 0.0667                # skipped / num_layers
         modeled_cost: 0.0123            # seconds per generated token, from the cost profile
         flops_fraction: 0.933
         draft_vocab_size: null          # or the trimmed drafter vocabulary size
-        dense: {skip_layers: [], accept_length: 2.40, metric: 0.53, modeled_cost: 0.0131}
-        alternatives: [{skip_layers: [3], accept_length: 2.38, metric: 0.53, modeled_cost: 0.0127}]
+        dense: {skip_layers: [], accept_length: 2.40, metric: 53.0, modeled_cost: 0.0131}
+        alternatives: [{skip_layers: [3], accept_length: 2.38, metric: 53.0, modeled_cost: 0.0127}]
         notes: []
+
+Serving routes a domain's pick only when its verdict held (`serving_plan`); maps without verdicts
+(written by hand, or before maps recorded them) are served as written, and their metrics, on 0-1
+then, are read onto 0-100.
 """
 
 from __future__ import annotations
@@ -29,19 +37,20 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from specsparse import __version__
-from specsparse.types import Component
+from specsparse.types import Candidate, Component
 from specsparse.util import atomic_write_text, first_line, is_int, is_number, strict_json, utc_now
 
 log = logging.getLogger(__name__)
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+VERDICTS = ("held", "inconclusive", "did not hold", "dense kept", "not evaluated")  # `JobResult.held_out`
 
 
 class ConfigMapError(ValueError):
@@ -76,6 +85,16 @@ class DomainConfig:
     # The calibration prompts the search ran on (user turns, as the router reads a request): the
     # runtime router is fitted on them by default, so routing learns from the search's own data.
     routing_prompts: tuple[str, ...] = ()
+    metric_name: str | None = None  # the domain's metric (BLEU, ROUGE-L, F1, ...); metrics are on 0-100
+    # The pick's held-out verdict (`specsparse.jobs.result.JobResult.held_out`) and its checks
+    # ({name: {interval: [point, low, high], threshold, state}}); None: not recorded.
+    verdict: str | None = None
+    verdict_checks: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The pick as results tables name it (skip[3,17], k=4096 for a trimmed head)."""
+        return Candidate(self.skip_layers, self.draft_vocab_size).label
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,14 @@ def _renamed(v: Any) -> Any:
     return v
 
 
+def _times(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale
+
+
+def _scaled(point: OperatingPoint, scale: float) -> OperatingPoint:
+    return point if scale == 1.0 else replace(point, metric=_times(point.metric, scale))
+
+
 # -- writing ---------------------------------------------------------------------------------------
 def _point_dict(p: OperatingPoint) -> dict[str, Any]:
     return {"skip_layers": list(p.skip_layers), "accept_length": p.accept_length, "metric": p.metric,
@@ -137,7 +164,10 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
         "domains": {
             name: {
                 "skip_layers": list(d.skip_layers),
+                "verdict": d.verdict,
+                "verdict_checks": json.loads(strict_json(d.verdict_checks)),
                 "accept_length": d.accept_length,
+                "metric_name": d.metric_name,
                 "metric": d.metric,
                 "sparsity": d.sparsity,
                 "modeled_cost": d.modeled_cost,
@@ -221,7 +251,15 @@ class _Checker:
     def domain(self, v: Any, where: str, num_layers: int) -> DomainConfig:
         required = {"skip_layers", "accept_length", "metric", "sparsity", "modeled_cost", "flops_fraction",
                     "draft_vocab_size", "dense"}
-        v = self.mapping(_renamed(v), where, required, {"alternatives", "notes", "draft_vocab_ids", "routing_prompts"})
+        optional = {"alternatives", "notes", "draft_vocab_ids", "routing_prompts", "metric_name", "verdict",
+                    "verdict_checks"}
+        v = self.mapping(_renamed(v), where, required, optional)
+        scale = 1.0 if "metric_name" in v else 100.0  # maps written before the map named its metric held 0-1
+        verdict, checks = v.get("verdict"), v.get("verdict_checks") or {}
+        if verdict is not None and verdict not in VERDICTS:
+            raise self.fail(f"{where}.verdict", f"expected one of {', '.join(VERDICTS)} or null, got {verdict!r}")
+        if not isinstance(checks, Mapping):
+            raise self.fail(f"{where}.verdict_checks", f"expected a mapping, got {type(checks).__name__}")
         vocab = v["draft_vocab_size"]
         if vocab is not None and not (is_int(vocab) and vocab >= 1):
             raise self.fail(f"{where}.draft_vocab_size", f"expected a positive integer or null, got {vocab!r}")
@@ -240,18 +278,22 @@ class _Checker:
         return DomainConfig(
             skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
             accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
-            metric=self.number(v["metric"], f"{where}.metric", nullable=True),
+            metric=_times(self.number(v["metric"], f"{where}.metric", nullable=True), scale),
             sparsity=sparsity,  # type: ignore[arg-type]
             modeled_cost=self.number(v["modeled_cost"], f"{where}.modeled_cost"),  # type: ignore[arg-type]
             flops_fraction=self.number(v["flops_fraction"], f"{where}.flops_fraction"),  # type: ignore[arg-type]
             draft_vocab_size=vocab,
-            dense=self.point(v["dense"], f"{where}.dense", num_layers),
+            dense=_scaled(self.point(v["dense"], f"{where}.dense", num_layers), scale),
             alternatives=tuple(
-                self.point(a, f"{where}.alternatives[{i}]", num_layers) for i, a in enumerate(alternatives)
+                _scaled(self.point(a, f"{where}.alternatives[{i}]", num_layers), scale)
+                for i, a in enumerate(alternatives)
             ),
             notes=tuple(notes),
             draft_vocab_ids=self.vocab_ids(v.get("draft_vocab_ids"), f"{where}.draft_vocab_ids", vocab),
             routing_prompts=tuple(prompts),
+            metric_name=v.get("metric_name"),
+            verdict=verdict,
+            verdict_checks=dict(checks),
         )
 
     def drafter(self, v: Any) -> Component | str | None:
@@ -352,3 +394,30 @@ def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     drafter = next((cm.drafter for cm in maps if isinstance(cm.drafter, Component)), maps[0].drafter)  # full records first
     return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=drafter,
                      model_identity=maps[0].model_identity)
+
+
+# -- serving ---------------------------------------------------------------------------------------
+def serving_plan(cm: ConfigMap, serve_inconclusive: bool = False) -> tuple[ConfigMap, list[str]]:
+    """The map serving applies, and one line per domain saying what it routes and why. A pick is
+    served when its held-out verdict held (or the search kept dense); one that did not hold never is;
+    any other verdict (inconclusive, not evaluated) routes the dense target (full draft vocabulary)
+    unless `serve_inconclusive`. A domain without a recorded verdict is served as written."""
+    domains: dict[str, DomainConfig] = {}
+    lines = []
+    for name, d in cm.domains.items():
+        pick = d.label
+        dense_already = not d.skip_layers and d.draft_vocab_size is None and d.draft_vocab_ids is None
+        if d.verdict is None:
+            lines.append(f"domain {name}: {pick} (no held-out verdict recorded: served as written)")
+        elif d.verdict in ("held", "dense kept") or dense_already:
+            lines.append(f"domain {name}: {pick} (held-out verdict: {d.verdict})")
+        elif serve_inconclusive and d.verdict != "did not hold":
+            lines.append(f"domain {name}: {pick}, held-out verdict {d.verdict} (served: --serve-inconclusive)")
+        else:
+            fix = "" if d.verdict == "did not hold" else " (--serve-inconclusive serves it)"
+            lines.append(f"domain {name}: dense, not {pick}: its held-out verdict is {d.verdict}{fix}")
+            d = replace(d, skip_layers=(), accept_length=d.dense.accept_length, metric=d.dense.metric, sparsity=0.0,
+                        modeled_cost=d.dense.modeled_cost, flops_fraction=1.0, draft_vocab_size=None,
+                        draft_vocab_ids=None, alternatives=())
+        domains[name] = d
+    return replace(cm, domains=domains), lines

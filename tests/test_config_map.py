@@ -197,7 +197,7 @@ def test_from_result_and_measurements_csv(tmp_path):
     assert cfg.skip_layers == (3, 7)
     assert cfg.sparsity == pytest.approx(2 / NUM_LAYERS)
     assert cfg.accept_length == pytest.approx(2.86) and cfg.modeled_cost == pytest.approx(0.8)
-    assert cfg.dense == OperatingPoint((), 3.0, 0.8, 1.0)
+    assert cfg.dense == OperatingPoint((), 3.0, 80.0, 1.0)  # metrics on 0-100
     assert {a.skip_layers for a in cfg.alternatives} == {(0,), (3,), (7,)}
     assert cfg.draft_vocab_size is None
 
@@ -238,3 +238,24 @@ def test_export_writes_the_token_map_sglang_loads(tmp_path, capsys):
     assert main(["export", "--vocab-file", str(tmp_path / "ids.json"), "--token-map", str(tmp_path / "ids.pt")]) == 0
     assert torch.load(tmp_path / "ids.pt", weights_only=True) == [3, 7]
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_verdicts_and_named_metrics_round_trip_and_earlier_maps_read_onto_0_100(tmp_path):
+    checks = {"speedup": {"interval": [1.2, 1.1, 1.3], "threshold": 1.0, "state": "held"}}
+    qa = replace(sample_map().domains["qa"], metric=52.0, metric_name="F1", verdict="held", verdict_checks=checks,
+                 dense=OperatingPoint((), 2.4, 53.0, 0.0131))
+    cm = replace(sample_map(), domains={"qa": qa})
+    y, _ = write_config_map(tmp_path / "map", cm)
+    assert load_config_map(y) == cm
+    data = yaml.safe_load(y.read_text())
+    assert list(data["domains"]["qa"])[:3] == ["skip_layers", "verdict", "verdict_checks"]
+    for key in ("metric_name", "verdict", "verdict_checks"):  # a map written before maps named the metric: 0-1
+        del data["domains"]["qa"][key]
+    data["domains"]["qa"]["metric"], data["domains"]["qa"]["dense"]["metric"] = 0.52, 0.53
+    (tmp_path / "earlier.yaml").write_text(yaml.safe_dump(data))
+    earlier = load_config_map(tmp_path / "earlier.yaml").domains["qa"]
+    assert (earlier.metric, earlier.dense.metric, earlier.verdict) == (pytest.approx(52.0), pytest.approx(53.0), None)
+    data["domains"]["qa"]["verdict"] = "probably"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigMapError, match=r"domains\.qa\.verdict: expected one of held, inconclusive"):
+        load_config_map(tmp_path / "bad.yaml")

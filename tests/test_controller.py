@@ -7,8 +7,17 @@ import json
 import logging
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, load_config_map, write_config_map
+from specsparse.config_map import (
+    ConfigMap,
+    DomainConfig,
+    OperatingPoint,
+    load_config_map,
+    serving_plan,
+    write_config_map,
+)
 from specsparse.decoding.generation import generate_text
 from specsparse.drafters import DRAFTERS, PromptLookupDrafter, SuffixAutomatonDrafter
 from specsparse.serving.controller import (
@@ -332,3 +341,50 @@ def test_each_domain_keeps_its_own_recycling_table_across_requests(tiny, router,
     kept = (learned >= 0).all(dim=1)
     assert controller._drafters["translation"].adj is tables["translation"]  # the same table, grown
     assert ((tables["translation"][kept] >= 0).all()) and (tables["translation"] >= 0).sum() >= (learned >= 0).sum()
+
+
+# -- held-out verdicts: only held picks are served --------------------------------------------------------------------
+VERDICT = st.sampled_from([None, "held", "inconclusive", "did not hold", "dense kept", "not evaluated"])
+
+
+@given(verdicts=st.lists(VERDICT, min_size=1, max_size=4), serve_inconclusive=st.booleans())
+def test_serving_runs_a_pick_only_when_its_held_out_verdict_allows(verdicts, serve_inconclusive):
+    """Held (or dense kept): the pick. Did not hold: dense, always. Inconclusive or not evaluated:
+    dense unless --serve-inconclusive. No verdict recorded (a hand-written map): as written. One
+    line per domain says which, and why."""
+    domains = {f"d{i}": dataclasses.replace(domain_config((1, 2), vocab_size=3), draft_vocab_ids=(0, 1, 2), verdict=v)
+               for i, v in enumerate(verdicts)}
+    served, lines = serving_plan(make_map(**domains), serve_inconclusive)
+    assert len(lines) == len(verdicts)
+    for (name, config), line, verdict in zip(served.domains.items(), lines, verdicts):
+        runs_pick = verdict in (None, "held", "dense kept") or serve_inconclusive and verdict != "did not hold"
+        assert line.startswith(f"domain {name}: ")
+        if runs_pick:
+            assert config == domains[name] and "dense, not" not in line
+        else:
+            assert (config.skip_layers, config.draft_vocab_ids, config.draft_vocab_size) == ((), None, None)
+            assert config.accept_length == domains[name].dense.accept_length and config.verdict == verdict
+            assert f"dense, not skip[1,2]|vocab=3: its held-out verdict is {verdict}" in line
+            assert ("--serve-inconclusive" in line) == (verdict != "did not hold")
+
+
+def test_an_inconclusive_pick_runs_dense_unless_asked(tiny, router, tmp_path, capsys):
+    from specsparse.cli import main
+
+    cmap = make_map(math=dataclasses.replace(domain_config((2, 3)), verdict="inconclusive"),
+                    translation=dataclasses.replace(domain_config((1,)), verdict="held"))
+    strict = Controller(tiny, cmap, drafter_factory("samd"), router)
+    assert strict.generate(MATH, domain="math", max_new_tokens=4).skip_layers == ()
+    assert strict.generate(TRANSLATION, domain="translation", max_new_tokens=4).skip_layers == (1,)
+    loose = Controller(tiny, cmap, drafter_factory("samd"), router, serve_inconclusive=True)
+    assert loose.generate(MATH, domain="math", max_new_tokens=4).skip_layers == (2, 3)
+    path, _ = write_config_map(tmp_path / "map", cmap)
+    args = ["generate", "--config-map", str(path), "--model", "tiny", "--max-new-tokens", "4", "--domain", "math", MATH]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "specsparse: domain math: dense, not skip[2,3]: its held-out verdict is inconclusive" in err
+    assert "domain=math (tag) skip=[]" in err
+    assert main([*args, "--serve-inconclusive"]) == 0
+    err = capsys.readouterr().err
+    assert "domain math: skip[2,3], held-out verdict inconclusive (served: --serve-inconclusive)" in err
+    assert "domain=math (tag) skip=[2, 3]" in err

@@ -109,14 +109,16 @@ def test_tables(sweep):
     assert sorted(zip(t2["domain"], t2["strategy"])) == [
         ("mt_bench", "bfs"), ("mt_bench", "greedy"), ("translation", "bfs"), ("translation", "greedy")]
     assert (t2["configurations"] >= t2["new_measurements"]).all()
-    slim = slim_table1(t1)  # the paper's layout: domain, A, metric, tok/s, speedup, verdict
-    assert list(slim.columns) == ["model", "method", "domain", "A", "metric (0-100)", "measured tok/s",
-                                  "measured speedup [95% CI]", "skipped", "verdict"]
+    slim = slim_table1(t1)  # the paper's layout, speed first: over plain decoding, then over native
+    assert list(slim.columns) == ["model", "method", "domain", "TSS vs plain [95% CI]", "native vs plain [95% CI]",
+                                  "TSS vs native [95% CI]", "A", "metric (0-100)", "measured tok/s", "skipped",
+                                  "verdict"]
     markdown, latex = to_markdown(slim), to_latex(slim)
     header = [cell.strip() for cell in markdown.splitlines()[0].strip("|").split("|")]
     mt_row = next(line for line in markdown.splitlines() if "| mt_bench |" in line)
     cells = dict(zip(header, (cell.strip() for cell in mt_row.strip("|").split("|"))))
     assert cells["metric (0-100)"] == "n/a" and " -> " in cells["A"] and cells["measured tok/s"] != "n/a"
+    assert cells["TSS vs plain [95% CI]"].endswith("]") and cells["native vs plain [95% CI]"].endswith("]")
     assert cells["verdict"] in ("held", "inconclusive", "did not hold", "dense kept")
     assert "mt\\_bench" in latex and "\\toprule" in latex
 
@@ -127,6 +129,7 @@ def test_report_command_writes_tables_plots_and_merged_map(sweep, capsys):
     assert main(["report", str(sweep / "multirun"), "--out", str(out), "--merge-config-map", str(merged)]) == 0
     printed = capsys.readouterr().out
     assert "Table 1" in printed and "Table 2" in printed
+    assert printed.count("serve will route domain ") == 2  # what serving runs per domain, and why (its verdict)
     for table in ("table1", "table2"):
         for suffix in (".md", ".tex", ".csv"):
             assert (out / f"{table}{suffix}").stat().st_size > 0
@@ -194,8 +197,9 @@ def test_tables_from_summaries_alone(tmp_path):
     assert t1.loc[0, "modeled_speedup"] == pytest.approx(12.0 / 10.0)  # from the cost profile, labelled so
     assert table2([record]).loc[0, "configurations"] == 7
     written = build_report([record], tmp_path, plots=False)
-    # the metric, and what this older summary lacks (method, the side-by-side rates, verdict): n/a, never 0
-    assert written["table1"][0].read_text().count("n/a") == 4
+    # the metric, and what this older summary lacks (method, both speedups over plain, the side-by-side
+    # rates, verdict): n/a, never 0
+    assert written["table1"][0].read_text().count("n/a") == 6
 
 
 def test_routing_learns_from_the_maps_calibration_prompts_and_is_scored_on_test(sweep, tmp_path):

@@ -42,7 +42,7 @@ def sweep_dir(tmp_path) -> Path:
     sweep = tmp_path / "multirun" / "2026-12-02_05-40-00-123456"
     write_job(sweep / "0_qa_bfs", summary(
         "qa", "bfs", metric={"name": "F1"}, measured_speedup_test=1.31, measured_speedup_test_interval=[1.12, 1.5],
-        held_out={"verdict": "held", "reasons": []}), {"status": "finished"})
+        measured_speedup_test_vs_plain=[1.4, 1.2, 1.6], held_out={"verdict": "held", "reasons": []}), {"status": "finished"})
     write_job(sweep / "1_qa_greedy", summary("qa", "greedy", speedup_test=0.97))  # an older summary.json
     write_job(sweep / "2_mmlu_bfs", None, {"status": "failed", "domain": "mmlu", "search": "bfs"})
     write_job(sweep / "10_math_bfs", summary("math", "bfs", held_out={"verdict": "dense kept"}))
@@ -60,10 +60,10 @@ def test_one_row_per_job_failed_ones_included(sweep_dir):
     rows = {r["job"]: r for r in sweep_rows(sweep_dir, FAILED)}
     assert list(rows) == ["0_qa_bfs", "1_qa_greedy", "2_mmlu_bfs", "3_math_bfs", "4_rag_bfs", "10_math_bfs"]
     assert rows["0_qa_bfs"] == {
-        "job": "0_qa_bfs", "domain": "qa", "search": "bfs", "skip_layers": [3, 7], "accept_dense": 2.5,
-        "accept_selected": 2.25, "metric": "F1", "metric_dense": 0.61, "metric_selected": 0.6,
-        "measured_speedup": 1.31, "measured_speedup_low": 1.12, "measured_speedup_high": 1.5, "verdict": "held",
-        "error": "",
+        "job": "0_qa_bfs", "domain": "qa", "search": "bfs", "skip_layers": [3, 7], "measured_speedup_vs_plain": 1.4,
+        "measured_speedup_vs_plain_low": 1.2, "measured_speedup_vs_plain_high": 1.6, "measured_speedup": 1.31,
+        "measured_speedup_low": 1.12, "measured_speedup_high": 1.5, "accept_dense": 2.5, "accept_selected": 2.25,
+        "metric": "F1", "metric_dense": 0.61, "metric_selected": 0.6, "verdict": "held", "error": "",
     }
     old = rows["1_qa_greedy"]  # an earlier version's names and 0-1 metric, no verdict or interval: never an error
     assert (old["metric"], old["verdict"], old["measured_speedup"], old["measured_speedup_low"]) == ("F1", "n/a", 0.97, None)
@@ -80,8 +80,9 @@ def test_markdown_and_csv(sweep_dir):
     rows = sweep_rows(sweep_dir, FAILED)
     lines = to_markdown(rows).splitlines()
     assert len(lines) == 2 + len(rows)
-    assert lines[2] == "| 0_qa_bfs | qa | bfs | [3, 7] | 2.50 | 2.25 | F1 | 0.6 | 0.6 | 1.31 [1.12-1.50] | held |"
-    assert lines[3].endswith("| F1 | 61.0 | 60.0 | 0.97 | n/a |")
+    assert lines[2] == ("| 0_qa_bfs | qa | bfs | [3, 7] | 1.40x [1.20-1.60] | 1.31x [1.12-1.50] | 2.50 | 2.25 | F1 | 0.6 "
+                        "| 0.6 | held |")  # speed leads: over plain decoding, then over dense
+    assert lines[3].endswith("| n/a | 0.97x | 2.50 | 2.25 | F1 | 61.0 | 60.0 | n/a |")
     assert "| failed: model foo: no such file |" in lines[4]
     table = list(csv.DictReader(io.StringIO(to_csv(rows))))
     assert [r["job"] for r in table] == [r["job"] for r in rows]

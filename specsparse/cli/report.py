@@ -23,6 +23,9 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the jobs from W&B runs instead of folders")
     p.add_argument("--strategy", default="bfs", help="the TSS strategy of Table 1, plots and the merged map (default: bfs)")
     p.add_argument("--merge-config-map", metavar="PATH", help="write one multi-domain config map (PATH.yaml and PATH.json)")
+    p.add_argument("--serve-inconclusive", action="store_true",
+                   help="route picks whose held-out verdict is inconclusive too, in --mixed-stream and in what "
+                        "the merged map's summary says serving runs (default: held picks only; see serve)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument("--publish", metavar="ENTITY/PROJECT",
                    help="build a W&B Report of the tables and Pareto panels (wandb-workspaces): saved to W&B when "
@@ -34,7 +37,7 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from specsparse.config_map import ConfigMapError  # noqa: PLC0415
+    from specsparse.config_map import ConfigMapError, load_config_map, serving_plan  # noqa: PLC0415
     from specsparse.reporting.records import ReportError  # noqa: PLC0415
     from specsparse.reporting.report import build_report, find_jobs, wandb_jobs  # noqa: PLC0415
     from specsparse.study.store import StoreError  # noqa: PLC0415
@@ -59,7 +62,7 @@ def run_report(args: argparse.Namespace) -> int:
             out = Path(args.out or Path(paths[0]) / "report")
         written = build_report(records, out, stores=args.store, strategy=args.strategy,
                                merge_config_map=args.merge_config_map, plots=not args.no_plots and not args.wandb,
-                               mixed_stream=args.mixed_stream)
+                               mixed_stream=args.mixed_stream, serve_inconclusive=args.serve_inconclusive)
     except (ReportError, ConfigMapError, StoreError) as err:
         return fail(str(err))
     for kind, heading in (("table1", "Table 1: native vs TSS per domain"), ("table2", "Table 2: search strategies per domain")):
@@ -86,6 +89,10 @@ def run_report(args: argparse.Namespace) -> int:
         written["wandb_report"] = [path]
         print(f"W&B report: {url}" if url else "W&B report: offline, definition written (rerun with WANDB_MODE=online "
               "and an API key to publish it)")
+    if args.merge_config_map:
+        merged = load_config_map(written["config_map"][0])
+        for line in serving_plan(merged, args.serve_inconclusive)[1]:
+            print(f"serve will route {line}")
     for kind, paths in written.items():
         for path in paths:
             print(f"{kind}: {path}")

@@ -69,6 +69,9 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-ids", metavar="FILE.json", help="trimmed draft vocabularies {domain: [ids]}")
     parser.add_argument("--force-map", action="store_true",
                         help="apply a config map made for another model (its recorded identity differs)")
+    parser.add_argument("--serve-inconclusive", action="store_true",
+                        help="also route picks whose held-out verdict is inconclusive (default: only held picks; "
+                             "the rest run the dense target; a pick that did not hold never runs)")
     parser.add_argument("--max-new-tokens", type=int, default=GenerationConfig.max_new_tokens)
     parser.add_argument("--num-draft-tokens", type=int, default=GenerationConfig.num_draft_tokens)
     parser.add_argument("--draft-length", default="fixed", choices=["fixed", "adaptive"],
@@ -102,7 +105,14 @@ def _controller(args: argparse.Namespace, max_prompt_tokens: int | None = None):
         min_confidence=DEFAULT_MIN_CONFIDENCE if args.min_confidence is None else args.min_confidence,
         vocab_ids=args.vocab_ids, max_prompt_tokens=max_prompt_tokens, force_map=args.force_map,
         drafter_options=None if args.drafter_path is None else {"path": args.drafter_path},
+        serve_inconclusive=args.serve_inconclusive,
     )
+
+
+def print_serving(controller) -> None:
+    """What each domain of the map runs, and why (its held-out verdict), on stderr at start-up."""
+    for line in controller.serving:
+        print(f"specsparse: {line}", file=sys.stderr)
 
 
 def _guarded(handler):
@@ -165,6 +175,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--output {args.output}: give a file path in an existing folder")
     records = read_prompt_records(args.prompts) if args.prompts else [PromptRecord((args.prompt,), args.domain)]
     controller = _controller(args)
+    print_serving(controller)
     for record in records:  # fail on an unknown tag before spending time on the others
         if record.domain is not None:
             controller.route("", record.domain)
@@ -225,6 +236,7 @@ def run_serve(args: argparse.Namespace) -> int:
                          max_client_connections=args.max_client_connections)
     print(f"specsparse: serving {args.model} on {server.url} (domains: {', '.join(controller.domains)}); "
           "Ctrl-C stops", file=sys.stderr)
+    print_serving(controller)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -36,13 +36,20 @@ def write_job_outputs(job: JobResult, calibration: Evaluator, test_examples: Seq
     out.mkdir(parents=True, exist_ok=True)
     vocab_size = job.search_result.selected.vocab_size
     vocab_ids = None if vocab_size is None else calibration.vocab_ids(vocab_size)
+    description = metric_description(job.metric)
+    held_out = job.held_out()
+    entry = replace(
+        domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids),
+        routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration.examples),  # as builtin_prompts
+        metric_name=None if description is None else description["name"],
+        verdict=held_out["verdict"],
+        verdict_checks={name: {key: check[key] for key in ("interval", "threshold", "state")}
+                        for name, check in held_out["checks"].items()},
+    )
     config_map = ConfigMap(
         model=calibration.spec.model,
         num_layers=job.num_layers,
-        domains={job.domain: replace(
-            domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids),
-            routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration.examples),  # as builtin_prompts
-        )},
+        domains={job.domain: entry},
         drafter=calibration.recorded_drafter,  # class and options, as measured: serving builds it
         model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
     )
@@ -60,18 +67,18 @@ def domain_config_from_result(
     domain: str, result: SearchResult, num_layers: int, draft_vocab_ids: Sequence[int] | None = None
 ) -> DomainConfig:
     """The DomainConfig of a finished search: its selected configuration, dense baseline, alternatives
-    and notes; `draft_vocab_ids` are the token ids of a trimmed draft head (the runtime needs them).
-    `domain` only labels errors and logs."""
+    and notes (metrics on 0-100); `draft_vocab_ids` are the token ids of a trimmed draft head (the
+    runtime needs them). `domain` only labels errors and logs."""
     skip = result.selected.skip_layers
     m = result.selected_measurement
 
     def point(c, pm) -> OperatingPoint:
-        return OperatingPoint(c.skip_layers, pm.accept_length, pm.metric, pm.modeled_cost)
+        return OperatingPoint(c.skip_layers, pm.accept_length, _scaled(pm.metric), pm.modeled_cost)
 
     cfg = DomainConfig(
         skip_layers=skip,
         accept_length=m.accept_length,
-        metric=m.metric,
+        metric=_scaled(m.metric),
         sparsity=len(skip) / num_layers,
         modeled_cost=m.modeled_cost,
         flops_fraction=m.flops_fraction,
@@ -83,6 +90,10 @@ def domain_config_from_result(
     )
     log.info("domain %s: %s (A=%.3f, sparsity=%.3f)", domain, result.selected.label, cfg.accept_length, cfg.sparsity)
     return cfg
+
+
+def _scaled(metric: float | None) -> float | None:
+    return None if metric is None else SCALE * metric
 
 
 # -- measurements table ----------------------------------------------------------------------------
@@ -163,20 +174,31 @@ def _with_interval(values: list[float] | None, digits: int = 3) -> str:
 
 
 def results_table(job: JobResult) -> str:
-    """A small text table of the job: dense vs selected on calibration and test (95% intervals over
-    prompts; the metric on 0-100, named), the side-by-side timing against plain decoding, and the
+    """A small text table of the job: first the measured speedups on the test split (over plain
+    decoding, then over dense speculative decoding; 95% intervals over prompts), then dense vs
+    selected on calibration and test (the metric on 0-100, named; modeled tok/s last), and the
     held-out verdict with each of its checks."""
     s = job.summary()
     skip = s["selected_skip_layers"]
     label = Candidate(tuple(skip), s["selected_vocab_size"]).label
     metric = s["metric"]["name"] + " (0-100)" if s["metric"] else "metric"
     width = max(28, len(metric) + 12)  # a long metric name keeps a space before its column
-    lines = [
-        f"domain {s['domain']}, search {s['strategy']}: selected {label}"
-        + (f" ({len(skip)} layers skipped)" if skip else ""),
-        f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{metric + ' [95% CI]':>{width}}"
-        f"{'fidelity [95% CI]':>24}{'modeled tok/s':>15}",
-    ]
+    lines = [f"domain {s['domain']}, search {s['strategy']}: selected {label}"
+             + (f" ({len(skip)} layers skipped)" if skip else "")]
+    timing = s.get("measured_timing_test")
+    if timing is not None:
+        lines.append(f"measured speedup over plain decoding (test split, {timing['prompts']} prompts timed side by "
+                     "side, 95% CI):")
+        for name in timing["labels"][1:]:
+            lines.append(f"  {name:<9}{_with_interval(timing['speedups'][f'{name}/plain'], 2)}x")
+        if s["measured_speedup_test"] is not None:
+            lines.append(f"  selected over dense speculative decoding: "
+                         f"{_with_interval(timing['speedups']['selected/dense'], 2)}x "
+                         f"(modeled: {_fmt(s['modeled_speedup_test'], 2)}x)")
+        rates = ", ".join(f"{name} {rate:.1f}" for name, rate in zip(timing["labels"], timing["tokens_per_s"]))
+        lines.append(f"  measured tok/s: {rates}")
+    lines.append(f"{'split':<12}{'config':<10}{'accept length [95% CI]':>24}{metric + ' [95% CI]':>{width}}"
+                 f"{'fidelity [95% CI]':>24}{'modeled tok/s':>15}")
     for split in ("calibration", "test"):
         intervals = s["intervals"][split] or {}
         for which in ("dense", "selected"):
@@ -188,15 +210,6 @@ def results_table(job: JobResult) -> str:
             fidelity = "100.0" if which == "dense" else _with_interval(s["fidelity"][split], 1)
             lines.append(f"{split:<12}{which:<10}{accept:>24}{value:>{width}}{fidelity:>24}"
                          f"{_fmt(m['modeled_tokens_per_s'], 1):>15}")
-    timing = s.get("measured_timing_test")
-    if timing is not None:
-        rates = ", ".join(f"{name} {rate:.1f}" for name, rate in zip(timing["labels"], timing["tokens_per_s"]))
-        lines.append(f"test, timed side by side on {timing['prompts']} prompts (engine, measured tok/s): {rates}")
-        for name in timing["labels"][1:]:
-            lines.append(f"  {name} vs plain decoding: {_with_interval(timing['speedups'][f'{name}/plain'], 2)}x")
-        if s["measured_speedup_test"] is not None:
-            lines.append(f"  selected vs dense: {_with_interval(timing['speedups']['selected/dense'], 2)}x measured, "
-                         f"{_fmt(s['modeled_speedup_test'], 2)}x modeled")
     held = s["held_out"]
     lines.append(f"held-out verdict: {held['verdict'].upper()}")
     checks = held.get("checks") or {}

@@ -28,14 +28,16 @@ log = logging.getLogger(__name__)
 FAILED: list[str] = []  # "<job folder>: <error line>"
 
 NA = "n/a"
-COLUMNS = ("job", "domain", "search", "skip_layers", "accept_dense", "accept_selected", "metric", "metric_dense",
-           "metric_selected", "measured_speedup", "measured_speedup_low", "measured_speedup_high", "verdict", "error")
+COLUMNS = ("job", "domain", "search", "skip_layers", "measured_speedup_vs_plain", "measured_speedup_vs_plain_low",
+           "measured_speedup_vs_plain_high", "measured_speedup", "measured_speedup_low", "measured_speedup_high",
+           "accept_dense", "accept_selected", "metric", "metric_dense", "metric_selected", "verdict", "error")
 
 
 def sweep_rows(sweep_dir: str | Path, failed: Iterable[str] = ()) -> list[dict[str, Any]]:
     """One row (COLUMNS) per job folder under `sweep_dir` (one with a summary.json or reproduce.json),
     plus one per failed job (`failed`: FAILED's "<job folder>: <error line>") whose folder is gone. Test
-    split numbers; measured_speedup is the selected/dense with its 95% interval. Keys a summary lacks
+    split numbers; measured_speedup_vs_plain is the selected over plain decoding (the dense pick's
+    when the search kept dense), measured_speedup the selected over dense, each with its 95% interval. Keys a summary lacks
     (older files) are None, the metric name "n/a"."""
     sweep = Path(sweep_dir)
     errors = {}
@@ -58,6 +60,7 @@ def _row(job: str, folder: Path | None, error: str | None) -> dict[str, Any]:
     dense, selected = test.get("dense") or {}, test.get("selected") or {}
     metric = summary.get("metric")
     low, high = (summary.get("measured_speedup_test_interval") or [None, None])[:2]
+    plain = summary.get("measured_speedup_test_vs_plain") or summary.get("measured_speedup_dense_vs_plain") or [None] * 3
     if error is not None:
         verdict = "failed"
     elif summary:
@@ -69,14 +72,17 @@ def _row(job: str, folder: Path | None, error: str | None) -> dict[str, Any]:
         "domain": summary.get("domain") or reproduce.get("domain"),
         "search": summary.get("strategy") or reproduce.get("search"),
         "skip_layers": summary.get("selected_skip_layers"),
+        "measured_speedup_vs_plain": plain[0],
+        "measured_speedup_vs_plain_low": plain[1],
+        "measured_speedup_vs_plain_high": plain[2],
+        "measured_speedup": summary.get("measured_speedup_test"),
+        "measured_speedup_low": low,
+        "measured_speedup_high": high,
         "accept_dense": dense.get("accept_length"),
         "accept_selected": selected.get("accept_length"),
         "metric": (metric.get("name") if isinstance(metric, dict) else None) or NA,
         "metric_dense": dense.get("metric"),
         "metric_selected": selected.get("metric"),
-        "measured_speedup": summary.get("measured_speedup_test"),
-        "measured_speedup_low": low,
-        "measured_speedup_high": high,
         "verdict": verdict,
         "error": error or "",
     }
@@ -96,22 +102,29 @@ def _natural(name: str) -> list:
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table (accept length A and the metric M on the test split, dense -> selected)."""
+    """The rows as a Markdown table: measured speedups first (over plain decoding, then over dense),
+    then accept length A and the metric M on the test split, dense -> selected."""
     def num(value: Any, digits: int) -> str:
         return NA if value is None else f"{value:.{digits}f}"
 
-    header = ["job", "domain", "search", "skip set", "A dense", "A selected", "metric (0-100)", "M dense", "M selected",
-              "measured speedup [95% CI]", "verdict"]
+    def speedup(r: dict[str, Any], name: str) -> str:
+        if r[name] is None:
+            return NA
+        text = f"{r[name]:.2f}x"
+        if r[f"{name}_low"] is not None and r[f"{name}_high"] is not None:
+            text += f" [{r[f'{name}_low']:.2f}-{r[f'{name}_high']:.2f}]"
+        return text
+
+    header = ["job", "domain", "search", "skip set", "vs plain [95% CI]", "vs dense [95% CI]", "A dense", "A selected",
+              "metric (0-100)", "M dense", "M selected", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        speedup = num(r["measured_speedup"], 2)
-        if r["measured_speedup_low"] is not None and r["measured_speedup_high"] is not None:
-            speedup += f" [{r['measured_speedup_low']:.2f}-{r['measured_speedup_high']:.2f}]"
         verdict = f"{r['verdict']}: {r['error']}" if r["error"] else r["verdict"]
         cells = [r["job"], r["domain"] or NA, r["search"] or NA,
                  NA if r["skip_layers"] is None else str(r["skip_layers"]),
+                 speedup(r, "measured_speedup_vs_plain"), speedup(r, "measured_speedup"),
                  num(r["accept_dense"], 2), num(r["accept_selected"], 2), r["metric"],
-                 num(r["metric_dense"], 1), num(r["metric_selected"], 1), speedup, verdict]
+                 num(r["metric_dense"], 1), num(r["metric_selected"], 1), verdict]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

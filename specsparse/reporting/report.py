@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from specsparse.config_map import ConfigMap, write_config_map
+from specsparse.config_map import ConfigMap, serving_plan, write_config_map
 from specsparse.jobs.outputs import upgrade_summary
 from specsparse.reporting.ablation import plot_ablation, single_layer_ablation
 from specsparse.reporting.figures import (
@@ -175,14 +175,17 @@ def build_report(
     plots: bool = True,
     mixed_stream: int | None = None,
     progress: bool = True,
+    serve_inconclusive: bool = False,
 ) -> dict[str, list[Path]]:
     """Write tables, figures, report.md and (optionally) the merged config map; returns what was written.
-    mixed_stream: test prompts per domain for Table 1's mixed-stream row (runs the model now)."""
+    mixed_stream: test prompts per domain for Table 1's mixed-stream row (runs the model now), routed
+    as serving routes the merged map (held picks only unless `serve_inconclusive`)."""
     out = _checked_out_dir(records, out_dir, stores, strategy)
     out.mkdir(parents=True, exist_ok=True)
     frames = {table.name: table.build(records, strategy) for table in TABLES}
     if mixed_stream:
-        row = mixed_stream_row(records, merged_config_map(records, strategy), mixed_stream, strategy, progress)
+        row = mixed_stream_row(records, merged_config_map(records, strategy), mixed_stream, strategy, progress,
+                               serve_inconclusive)
         frames["table1"] = pd.concat([frames["table1"], pd.DataFrame([row], columns=TABLE1_COLUMNS)], ignore_index=True)
     written: dict[str, list[Path]] = {}
     sections = [line.format(len(records)) for line in INTRO]
@@ -195,7 +198,9 @@ def build_report(
         merged = merged_config_map(records, strategy)
         paths = list(write_config_map(merge_config_map, merged))
         written["config_map"] = paths
-        sections += ["## Merged config map", "", f"{paths[0]} ({', '.join(merged.domains)})", ""]
+        served = serving_plan(merged, serve_inconclusive)[1]
+        sections += ["## Merged config map", "", f"{paths[0]} ({', '.join(merged.domains)}); served as:", "",
+                     *(f"- {line}" for line in served), ""]
         routing = _routing(merged)
         sections += _write_table(routing, routing.build(records, strategy), out, written)
     written["report"] = [atomic_write_text(out / "report.md", "\n".join(sections))]

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval
 from specsparse.measuring.intervals import metric_interval, paired_ratios
+from specsparse.metrics import SCALE
 from specsparse.search.pareto import (
     Point,
     active_objectives,
@@ -194,10 +195,12 @@ class LayerSkipSearch(SearchStrategy):
         if low is None or low >= UNINFORMATIVE_BELOW:
             return None
         interval = metric_interval(self.dense)
-        shown = f"{self.dense.metric:.3f}" if interval is None else str(interval)
+        point, low, high = (SCALE * v for v in ([self.dense.metric] * 3 if interval is None else interval.as_list()))
+        shown = f"{point:.1f}" if interval is None else f"{point:.1f} [{low:.1f}-{high:.1f}]"
         effect = ("it does not constrain (metric_floor): accept length only" if self.metric_dropped()
                   else "the metric constraint rests on noise")
-        return f"metric uninformative: dense metric {shown} reaches below {UNINFORMATIVE_BELOW:g}; {effect}"
+        return (f"metric uninformative: dense metric {shown} (0-100) reaches below {SCALE * UNINFORMATIVE_BELOW:g}; "
+                f"{effect}")
 
     def _constraints(self) -> tuple[bool, bool, bool]:
         """(accept length, task metric, fidelity): the constraints in use (see `TSSRule.guard`)."""

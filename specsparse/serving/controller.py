@@ -14,6 +14,10 @@ Routing rules, in order:
 3. Without a tag the router classifies; a prediction below `min_confidence`, or for a domain the
    map has no entry for, runs the dense target (routed_by="fallback", `reason` says why).
 
+Only picks that held on the held-out split are served: a domain whose recorded verdict is
+inconclusive (or not evaluated) runs the dense target unless `serve_inconclusive`, one that did not
+hold always does (`specsparse.config_map.serving_plan`; `serving` holds its line per domain).
+
 Greedy decoding stays lossless: the reply equals the target's own greedy output under the
 applied skip set, exactly as `generate_text` would produce it.
 
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map
+from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, serving_plan
 from specsparse.decoding.generation import encode_messages, generate_text
 from specsparse.decoding.models import LoadedModel, load_model
 from specsparse.decoding.skipping import SkipSetError, validate_skip_layers
@@ -133,9 +137,13 @@ class Controller:
         vocab_ids: Mapping[str, Sequence[int]] | None = None,
         max_prompt_tokens: int | None = None,
         force_map: bool = False,
+        serve_inconclusive: bool = False,
     ) -> None:
         self.target = target
-        self.config_map = config_map
+        self.config_map, self.serving = serving_plan(config_map, serve_inconclusive)  # what each domain runs, and why
+        config_map = self.config_map
+        for line in self.serving:
+            log.info("serving %s", line)
         self.router = router
         self.min_confidence = float(min_confidence)
         self.max_context = int(getattr(target.model.config, "max_position_embeddings", 0) or 0) or None
@@ -179,6 +187,7 @@ class Controller:
         max_prompt_tokens: int | None = None,
         drafter_options: Mapping[str, Any] | None = None,
         force_map: bool = False,
+        serve_inconclusive: bool = False,
     ) -> Controller:
         """Load the target and the config map, and build the drafter and the router.
 
@@ -194,6 +203,7 @@ class Controller:
             prompts to fit on, or None (tags only; untagged -> dense).
         vocab_ids: JSON file {domain: [token id, ...]} with the trimmed draft vocabularies.
         force_map: apply a map that records another model's identity (otherwise an error).
+        serve_inconclusive: also serve picks whose held-out verdict is inconclusive (see the module docstring).
         """
         cmap = load_config_map(config_map)
         if drafter is None and isinstance(cmap.drafter, str):
@@ -202,7 +212,8 @@ class Controller:
         factory = drafter_factory(drafter or cmap.drafter or DEFAULT_DRAFTER, **(drafter_options or {}))
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype, forward_path=forward_path)
-        controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map)  # checks the map
+        controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map,
+                         serve_inconclusive)  # checks the map
         controller.router = _build_router(router_examples, router_kind, target, cmap)
         return controller
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from specsparse.metrics import SCALE
 from specsparse.search.base import SearchResult, SearchStrategy
 from specsparse.types import Candidate, Measurement
 
@@ -233,10 +234,12 @@ def _result(
         wall_time_s=wall,
         info=sel.info,
     )
+    metric = result.selected_measurement.metric
     log.info(
-        "%s: selected %s (A=%.3f, M=%s, modeled cost=%.4g) after %d new measurements, %d cache hits",
-        strategy.name, result.selected.label, result.selected_measurement.accept_length,
-        result.selected_measurement.metric, result.selected_measurement.modeled_cost, n_new, n_hits,
+        "%s: selected %s (A=%.2f, metric %s (0-100), modeled cost %.1f ms/token) after %d new measurements, "
+        "%d cache hits", strategy.name, result.selected.label, result.selected_measurement.accept_length,
+        "n/a" if metric is None else f"{SCALE * metric:.1f}", 1000 * result.selected_measurement.modeled_cost,
+        n_new, n_hits,
     )
     return result
 

@@ -442,25 +442,11 @@ def test_heads_trained_on_the_same_replies_generate_them_once(models, tmp_path, 
     from specsparse.drafters import eagle_training
 
     target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
-    recipe = {"prompts": "builtin", "domains": ["qa"], "limit": 10, "max_new_tokens": 6, "epochs": 1}
+    recipe = {"prompts": "builtin", "domains": ["qa"], "prompts_per_set": 10, "max_new_tokens": 6, "epochs": 1}
     EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train=recipe)
     monkeypatch.setattr(eagle_training, "generate_data", lambda *a, **k: pytest.fail("replies generated twice"))
     EagleDrafter.from_target(target, path=str(tmp_path / "heads"), train={**recipe, "vocab_size": 40})
     assert len(list((tmp_path / "heads").glob("*/config.json"))) == 2
-
-
-def test_training_prompts_never_include_a_jobs_test_prompt():
-    """`TrainingRecipe(limit=L)`'s built-in prompts are each set's calibration split as a job at
-    domain.limit=L splits it: at several limits, no test example of any built-in domain is among them."""
-    from specsparse.drafters.eagle_recipe import builtin_calibration
-    from specsparse.measuring.evaluation import DomainSpec
-
-    for limit, fraction in ((None, 0.2), (10, 0.2), (40, 0.2), (100, 0.5)):
-        training = builtin_calibration(TrainingRecipe(limit=limit, calibration_fraction=fraction))
-        for name, examples in training.items():
-            job = DomainSpec(name, limit=limit, calibration_fraction=fraction)
-            assert {ex.id for ex in examples} == {ex.id for ex in job.load("calibration")}
-            assert not {ex.id for ex in examples} & {ex.id for ex in job.load("test")}, (name, limit)
 
 
 @pytest.mark.parametrize("layout", ["trained", "eagle3"])

@@ -60,7 +60,7 @@ def test_paper_tss_cpu_twin_runs_and_reports(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2000)  # trains two heads and times 8 heads per domain
+@pytest.mark.timeout(2000)  # trains two heads per domain (qa's hold out its own prompts) and times 8 heads per domain
 def test_paper_vocab_cpu_twin_reports_in_and_out_of_domain(tmp_path):
     multirun = sweep(tmp_path, "experiment=paper_vocab_cpu", "domain=qa,math", "search.n_trials=10",
                      "drafter.train.max_new_tokens=16", "drafter.train.sampled_replies=0", "drafter.train.epochs=1",

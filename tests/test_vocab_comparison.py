@@ -79,7 +79,7 @@ def run_job(tmp_path: Path, domain: str, heads: Path) -> dict:
     subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "model=tiny", "logger=none", f"domain={domain}", "search=tpe_vocab",
          "drafter=eagle", f"drafter.path={heads}",
-         "drafter.train={prompts: builtin, domains: [qa], limit: 10, max_new_tokens: 8, epochs: 1}",
+         "drafter.train={prompts: builtin, domains: [qa], prompts_per_set: 10, max_new_tokens: 8, epochs: 1}",
          "vocab_corpus=[drafter_responses]", "vocab_comparison={subsamples: 3}", "domain.limit=8",
          "generation.max_new_tokens=8", "search.n_trials=8", "timing_prompts=3", "progress=false",
          f"paths.outputs={tmp_path}", f"hydra.run.dir={job}"],
@@ -89,7 +89,7 @@ def run_job(tmp_path: Path, domain: str, heads: Path) -> dict:
     return json.loads((job / "summary.json").read_text())
 
 
-def test_the_vocabulary_paper_runs_as_one_job_and_a_second_domain_trains_nothing(tmp_path):
+def test_the_vocabulary_paper_runs_as_one_job_and_an_in_domain_job_trains_without_its_prompts(tmp_path):
     heads = tmp_path / "heads"
     math = run_job(tmp_path, "math", heads)
     comparison = math["vocab_comparison"]
@@ -118,9 +118,15 @@ def test_the_vocabulary_paper_runs_as_one_job_and_a_second_domain_trains_nothing
     served = json.loads((tmp_path / "job_math" / "config_map.json").read_text())["drafter"]["options"]
     assert "train" not in served and Path(served["path"]).parent == heads and Path(served["path"]).name in trained_heads
     assert len(trained_heads) == 2 and len(list((heads / "data").glob("*.json"))) == 1  # one set of replies
+    # qa's own job: its heads (full and at k) train on qa examples other than the 8 it measures.
     qa = run_job(tmp_path, "qa", heads)
-    assert sorted(p.parent.name for p in heads.glob("*/config.json")) == trained_heads  # nothing trained again
     assert qa["vocab_corpus"]["in_domain"] is True
+    qa_heads = sorted(p.parent for p in heads.glob("*/config.json") if p.parent.name not in trained_heads)
+    measured = {f"qa-{i:03d}" for i in range(1, 9)}
+    for head in qa_heads:
+        trained = json.loads((head / "training.json").read_text())["trained_ids"]
+        assert trained == [f"qa-{i:03d}" for i in range(9, 19)] and not measured & set(trained)
+    assert len(qa_heads) == 2 and len(list((heads / "data").glob("*.json"))) == 2
 
     written = build_report(find_jobs([tmp_path / "job_math", tmp_path / "job_qa"]), tmp_path / "report", plots=False)
     inside = pd.read_csv(written["table_vocab_in_domain"][2])

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from specsparse.cli.common import add_forward_path_option, fail, forward_path_problem, missing_model, set_threads
+from specsparse.data import DOMAINS, load_examples
 from specsparse.decoding.models import ModelLoadError
 from specsparse.drafters.eagle_recipe import TrainingRecipe
 from specsparse.util import first_line
@@ -27,8 +28,16 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     add_forward_path_option(p)
     p.add_argument("--prompts", default=defaults.prompts, metavar="builtin|FILE.jsonl",
-                   help="builtin: the built-in sets' calibration splits (their test splits stay held out); or a "
-                        "JSONL of {\"prompt\": str} / {\"turns\": [str]}")
+                   help="builtin: the built-in sets' examples but those --held-out; or a JSONL of {\"prompt\": str} / "
+                        "{\"turns\": [str]}")
+    p.add_argument("--held-out", action="append", default=[], metavar="DOMAIN",
+                   help="a domain a later job measures (repeatable): its calibration and test examples, the first "
+                        "--limit of its built-in set whatever the split's fraction and seed, are not trained on. A job "
+                        "refuses a head trained on its own prompts")
+    p.add_argument("--limit", type=int, default=None,
+                   help="the later jobs' domain.limit (default: none, so the whole set of each --held-out domain)")
+    p.add_argument("--prompts-per-set", type=int, default=None,
+                   help="at most this many training prompts of each built-in set (default: all not held out)")
     p.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="reply length per prompt")
     p.add_argument("--sampled-replies", type=int, default=defaults.sampled_replies,
                    help="more replies per prompt, sampled at --temperature (more, varied training data)")
@@ -47,6 +56,9 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ttt-steps", type=int, default=defaults.ttt_steps,
                    help="eagle3: training-time test steps (EAGLE-3 uses 7)")
     p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--feature-memory-mb", type=float, default=defaults.feature_memory_mb,
+                   help="host memory (MB) for the target's features while the head trains; beyond it they are "
+                        "written to DIR/features and read back a batch at a time (same head, bounded memory)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.set_defaults(func=run_train_drafter)
 
@@ -61,16 +73,24 @@ def run_train_drafter(args: argparse.Namespace) -> int:
         return fail(message)
     if args.prompts != "builtin" and not Path(args.prompts).is_file():
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
+    if args.prompts != "builtin" and (args.held_out or args.prompts_per_set is not None):
+        return fail("--held-out and --prompts-per-set choose among the built-in sets: leave them out with --prompts FILE")
+    if unknown := sorted(set(args.held_out) - set(DOMAINS)):
+        return fail(f"--held-out {unknown[0]}: not a built-in set; give one of {', '.join(DOMAINS)}")
+    if args.limit is not None and (not args.held_out or args.limit < 2):
+        return fail(f"--limit {args.limit}: give it (>= 2, as domain.limit) with the --held-out domains it limits")
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         return fail(f"--output {output} is a file: give a folder for the checkpoint (created if missing)")
     if any(parent.exists() and not parent.is_dir() for parent in output.parents):
         return fail(f"--output {output} lies under a file: give a folder for the checkpoint")
     recipe = TrainingRecipe(
-        prompts=args.prompts, max_new_tokens=args.max_new_tokens, sampled_replies=args.sampled_replies,
+        prompts=args.prompts, held_out_ids=held_out_ids(args.held_out, args.limit),
+        prompts_per_set=args.prompts_per_set, max_new_tokens=args.max_new_tokens, sampled_replies=args.sampled_replies,
         temperature=args.temperature, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, vocab_size=args.vocab_size,
         vocab_file=args.vocab_file, arch=args.arch, ttt_steps=args.ttt_steps, seed=args.seed,
+        feature_memory_mb=args.feature_memory_mb,
     )
     try:
         recipe.check()  # before the model loads; the vocabulary's size is checked once it has
@@ -84,5 +104,12 @@ def run_train_drafter(args: argparse.Namespace) -> int:
     print(f"  {summary['sequences']} sequences, {summary['tokens']} tokens, draft vocabulary {summary['draft_vocab_size']}, "
           f"{summary['seconds'] / 60:.1f} min")
     print(f"  held-out top-1 agreement with the target: {last['held_out_agreement']:.3f} (epoch {last['epoch']})")
-    print(f"  use it: python run.py drafter=eagle drafter.path={output}")
+    job = (f" domain={args.held_out[0]}" if args.held_out else "") + (f" domain.limit={args.limit}" if args.limit else "")
+    print(f"  use it: python run.py drafter=eagle drafter.path={output}{job}")
     return 0
+
+
+def held_out_ids(domains: list[str], limit: int | None) -> tuple[str, ...]:
+    """The ids a job on each of `domains` (built-in, `domain.limit=limit`) measures: its calibration and
+    test splits together are the set's first `limit` examples, whatever the fraction and seed."""
+    return tuple(sorted({ex.id for name in domains for ex in load_examples(name, "builtin", limit=limit)}))

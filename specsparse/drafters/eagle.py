@@ -62,6 +62,9 @@ class EagleDrafter(Drafter):
     # Proposals depend on the committed context and the target's features of it, which a greedy
     # continuation fixes: replay computes them in one forward per sequence (`replay_drafters`).
     replayable = True
+    # A head a recipe trains (`train`) never trains on what the job measures: its domain's calibration
+    # and test examples.
+    job_context = ("exclude_ids",)
 
     def __init__(self, head: EagleHead, target: PreTrainedModel, tree: Sequence[int] | None = None,
                  vocab_ids: Sequence[int] | None = None, tree_choices: Sequence[Sequence[int]] | None = None):
@@ -97,15 +100,17 @@ class EagleDrafter(Drafter):
 
     @classmethod
     def from_target(cls, target, vocab_ids=None, path: str = "", tree: Sequence[int] | None = None,
-                    tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> EagleDrafter:
+                    tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None,
+                    exclude_ids: Sequence[str] = ()) -> EagleDrafter:
         """The head at `path` for `target`. With `train` (`TrainingRecipe` fields), `path` is a folder of
-        trained heads keyed by target and recipe: the one this recipe makes is trained there first if
-        missing (once; concurrent workers wait for it), and reused by every later job."""
+        trained heads keyed by target and recipe: the one this recipe makes, with `exclude_ids` held
+        out of its training prompts (a job gives its domain's calibration and test ids), is trained
+        there first if missing (once; concurrent workers wait for it), and reused by every later job."""
         if not path:
             raise ValueError("drafter=eagle needs drafter.path=<EAGLE checkpoint directory or Hub id> "
                              "(`specsparse train-drafter` makes one)")
         if train is not None:
-            path = str(trained_head(target, path, recipe_from_options(train)))
+            path = str(trained_head(target, path, recipe_from_options(train).holding_out(exclude_ids)))
         model = target.model
         drafter = cls(head=_cached_head(str(path), model), target=model, tree=tree, vocab_ids=vocab_ids,
                       tree_choices=tree_choices)

@@ -93,13 +93,18 @@ def _read_state(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def own_vocabulary(source: str) -> str | None:
-    """Why the local checkpoint at `source` drafts from a trimmed vocabulary of its own (a head trained
+    """Why the checkpoint at `source` drafts from a trimmed vocabulary of its own (a head trained
     trimmed, as official EAGLE-3 heads are), so that a searched one cannot replace it; None when it
-    can (a full-vocabulary head of either layout), or when there is no local checkpoint yet. Reads
-    tensor names only."""
+    can (a full-vocabulary head of either layout), or when there is no checkpoint here yet. Reads
+    config.json (a Hub id's too: as the load would fetch it, from the local cache offline) and tensor
+    names only."""
+    config = _checkpoint_config(source) or {}
+    draft, full = config.get("draft_vocab_size"), config.get("vocab_size")
+    if isinstance(draft, int) and isinstance(full, int) and draft < full:
+        return f"{source} was trained with a trimmed vocabulary of its own (d2t: {draft} of {full} tokens)"
     directory = Path(source).expanduser()
     weights = next((directory / n for n in WEIGHT_FILES if (directory / n).is_file()), None)
-    if weights is None:
+    if not source or weights is None:
         return None
     if weights.suffix == ".safetensors":
         from safetensors import safe_open  # noqa: PLC0415
@@ -111,6 +116,39 @@ def own_vocabulary(source: str) -> str | None:
     if any(k.removeprefix("model.") == "d2t" for k in keys):
         return f"{source} was trained with a trimmed vocabulary of its own (d2t)"
     return None
+
+
+def _checkpoint_config(source: str) -> dict | None:
+    """config.json of a checkpoint folder, or of a Hub id (from the local Hub cache with HF_HUB_OFFLINE=1,
+    else the Hub), without loading anything; None when there is none to read."""
+    directory = Path(source).expanduser()
+    if source and directory.is_dir():
+        path = directory / "config.json"
+    elif not source or directory.exists() or source.count("/") != 1:  # as `_resolve` tells a Hub id
+        return None
+    else:
+        from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+        try:
+            path = Path(hf_hub_download(source, "config.json"))
+        except Exception:  # noqa: BLE001 - not cached offline, no such repository, no network: the load says so
+            return None
+    try:
+        config = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def trained_ids(source: str) -> set[str] | None:
+    """The built-in example ids a head `specsparse train-drafter` (or a job's recipe) trained on, from
+    its training.json; None for a head without that record (a Hub checkpoint, a prompt file's)."""
+    path = Path(source).expanduser() / "training.json"
+    try:
+        ids = json.loads(path.read_text()).get("trained_ids") if source and path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if not isinstance(ids, list) else {str(i) for i in ids}
 
 
 def _resolve(source: str) -> Path:

@@ -6,25 +6,27 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specsparse.data import DOMAINS, load_examples
-from specsparse.data.split import split_examples
+from specsparse.data import DOMAINS, Example, load_examples
 from specsparse.types import GenerationConfig
 
 
 @dataclass(frozen=True)
 class TrainingRecipe:
-    """Everything that decides the trained head (a resumed run must match it)."""
+    """Everything that decides the trained head (a resumed run must match it), and one thing that does
+    not: `feature_memory_mb`, the host memory the target's features and distributions may take while
+    the head trains (beyond it they are written to disk beside the head and read back a batch at a time;
+    the trained head is the same)."""
 
-    prompts: str = "builtin"  # builtin (the built-in calibration splits) or a JSONL of prompts
-    # builtin: the calibration split of each built-in set as a job with these domain options splits it
-    # (domain.limit, calibration_fraction, split_seed), so none of that job's test prompts is trained on.
+    prompts: str = "builtin"  # builtin (the built-in sets' examples) or a JSONL of prompts
     domains: tuple[str, ...] | None = None  # builtin: these sets only (None: all; the head is in domain there)
-    limit: int | None = None
-    calibration_fraction: float = 0.2
-    split_seed: int = 0
+    # builtin: example ids never trained on: a job's own domain's calibration and test ids (a job gives
+    # them, `EagleDrafter.from_target`; `train-drafter --held-out`). Only ids of `domains` are kept here.
+    held_out_ids: tuple[str, ...] = ()
+    prompts_per_set: int | None = None  # builtin: at most this many prompts of each set, the first not held out
     max_new_tokens: int = 128  # length of each training reply (its own setting: it keys the trained heads)
     sampled_replies: int = 0  # more replies per prompt, sampled (HF generate) at `temperature`: more, varied data
     temperature: float = 0.8
@@ -41,6 +43,21 @@ class TrainingRecipe:
     arch: str = "eagle"  # eagle: the EAGLE-1 layout; eagle3: EAGLE-3 (fused features, own head, training-time test)
     ttt_steps: int = 3  # eagle3: steps of training-time test, the head fed its own outputs (EAGLE-3: 7)
     seed: int = 0
+    # Host memory for the target's features and distributions (MB): more data than this waits on disk,
+    # beside the head, and is read a batch at a time (`eagle_data.py`). Same head either way: not in its key.
+    feature_memory_mb: float = 2048
+
+    def identity(self) -> dict:
+        """What decides the trained head: every field but `feature_memory_mb` (where the data waits)."""
+        return {key: value for key, value in asdict(self).items() if key != "feature_memory_mb"}
+
+    def holding_out(self, ids: Iterable[str]) -> TrainingRecipe:
+        """This recipe with `ids` held out of its training prompts (those of its built-in sets: a job on
+        another domain holds out nothing here, and shares its head)."""
+        if self.prompts != "builtin":
+            return self
+        known = {ex.id for name in self.domains or DOMAINS for ex in load_examples(name, "builtin")}
+        return replace(self, held_out_ids=tuple(sorted(set(ids) & known)))
 
     def check(self) -> None:
         GenerationConfig(max_new_tokens=self.max_new_tokens)  # the one max_new_tokens check
@@ -60,10 +77,16 @@ class TrainingRecipe:
             raise ValueError("give --vocab-size or --vocab-file, not both")
         if self.vocab_size is not None and self.vocab_size < 2:
             raise ValueError(f"--vocab-size {self.vocab_size}: keep at least 2 tokens")
-        if self.limit is not None and self.limit < 2 or not 0 < self.calibration_fraction < 1:
-            raise ValueError("limit must be >= 2 (or None) and calibration fraction in (0, 1), as domain options")
+        if self.prompts_per_set is not None and self.prompts_per_set < 1:
+            raise ValueError(f"prompts per set must be >= 1 (or None: all), got {self.prompts_per_set}")
+        if not all(isinstance(i, str) for i in self.held_out_ids):
+            raise ValueError("held-out ids must be example ids (strings)")
+        if self.prompts != "builtin" and (self.held_out_ids or self.prompts_per_set is not None):
+            raise ValueError("held-out ids and prompts per set choose among the built-in sets: use prompts=builtin")
         if not (math.isfinite(self.temperature) and math.isfinite(self.learning_rate)):
             raise ValueError("temperature and learning rate must be finite numbers")
+        if not (isinstance(self.feature_memory_mb, (int, float)) and 0 <= self.feature_memory_mb < math.inf):
+            raise ValueError(f"feature memory must be a number of MB >= 0, got {self.feature_memory_mb!r}")
         if self.vocab_file is not None:
             read_vocab_file(self.vocab_file)
         if self.prompts != "builtin" and not Path(self.prompts).is_file():
@@ -94,19 +117,19 @@ def read_vocab_file(path: str | Path) -> list[int]:
     return sorted(set(ids))
 
 
-def builtin_calibration(recipe: TrainingRecipe) -> dict[str, list]:
-    """Per built-in set, its calibration split as a job with the recipe's domain options has it (the
-    examples `DomainSpec(name, limit=..., calibration_fraction=..., split_seed=...).load("calibration")`
-    gives): a job's test prompts are never among them."""
-    return {name: split_examples(load_examples(name, "builtin", limit=recipe.limit), recipe.calibration_fraction,
-                                 recipe.split_seed)[0] for name in recipe.domains or DOMAINS}
+def builtin_training(recipe: TrainingRecipe) -> dict[str, list[Example]]:
+    """Per built-in set of the recipe, the examples it trains on: all but the held-out ids (at most
+    `prompts_per_set`, the first ones)."""
+    held_out = set(recipe.held_out_ids)
+    return {name: [ex for ex in load_examples(name, "builtin") if ex.id not in held_out][: recipe.prompts_per_set]
+            for name in recipe.domains or DOMAINS}
 
 
 def recipe_from_options(options: dict) -> TrainingRecipe:
     """A `TrainingRecipe` from config options (`drafter.train`), or one ValueError naming the option."""
     if not isinstance(options, dict):
         raise ValueError(f"drafter.train={options!r}: give TrainingRecipe fields, e.g. {{epochs: 4}}")
-    fields = set(TrainingRecipe.__dataclass_fields__)
+    fields = set(TrainingRecipe.__dataclass_fields__) - {"held_out_ids"}  # a job gives its own: exclude_ids
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ValueError(f"drafter.train has no option(s) {unknown} (accepted: {', '.join(sorted(fields))})")

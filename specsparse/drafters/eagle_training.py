@@ -1,7 +1,8 @@
 """Train an EAGLE head ("eagle" layout) for a target by self-distillation (`specsparse train-drafter`).
 
-Data: the target's own greedy replies to training prompts (the built-in sets' calibration splits by
-default, so their test splits stay held out; or a JSONL of prompts), generated in lockstep batches,
+Data: the target's own greedy replies to training prompts (the built-in sets' examples by default, but
+the held-out ids: a job's own domain's calibration and test examples are never trained on; or a JSONL
+of prompts), generated in lockstep batches,
 and optionally more replies per prompt sampled from it (`sampled_replies`): a few hundred prompts
 give little data, and teacher forcing makes any text of the target's an exact distillation target.
 The target's final-norm features of every position of prompt + reply are the regression targets.
@@ -15,14 +16,17 @@ Deviations, for a few hundred prompts instead of ShareGPT's 68k conversations on
 1e-3 (EAGLE: 3e-5) with a linear warm-up and cosine decay; the target's next-token distribution
 kept as its top-32 (computed once, not every epoch; the tail's mass is dropped from the
 cross-entropy); 10% of the sequences held out to report the head's top-1 agreement with the target
-each epoch.
+each epoch. The features and distributions wait in host memory up to `feature_memory_mb`, on disk
+beyond it (eagle_data.py).
 
 The output directory holds the checkpoint (`model.safetensors`, `config.json`: `drafter=eagle
 drafter.path=DIR`), the generated data (`data.json`; heads a job's `drafter.train` recipe trains keep
 it in their folder's `data/`, shared by heads trained on the same replies), its replies as text (`responses.jsonl`, one
-{"response"} per training sequence: the corpus the vocabulary paper counts a draft vocabulary on,
-`vocab_corpus=[DIR/responses.jsonl]`), `training.json` (losses and agreement per epoch) and, while
-training runs, `resume.pt`: an interrupted run started again resumes there.
+{"response", "id"} per training sequence, the id its built-in example's: the corpus the vocabulary paper
+counts a draft vocabulary on, `vocab_corpus=[DIR/responses.jsonl]`), `training.json` (losses and
+agreement per epoch, and `trained_ids`: the built-in examples of its data) and, while training runs,
+`resume.pt` (and `features/` for data beyond `feature_memory_mb`): an interrupted run started again
+resumes there.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ import json
 import logging
 import math
 import random
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import nn
+from torch.utils.data import Subset
 from tqdm.auto import tqdm
 
 from specsparse.data import DOMAINS, build_messages
@@ -46,11 +52,11 @@ from specsparse.decoding.batched import generate_batch
 from specsparse.decoding.forward_path import linear_map
 from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel
-from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN
 from specsparse.drafters.eagle_checkpoint import save_eagle_head
+from specsparse.drafters.eagle_data import DistillationSequence, data_bytes, distillation_data
 from specsparse.drafters.eagle_head import EagleHead, eagle3_feature_layers, head_config
-from specsparse.drafters.eagle_recipe import TrainingRecipe, builtin_calibration, read_vocab_file
+from specsparse.drafters.eagle_recipe import TrainingRecipe, builtin_training, read_vocab_file
 from specsparse.types import GenerationConfig
 from specsparse.util import atomic_write_text, content_hash, file_sha256
 
@@ -58,43 +64,49 @@ log = logging.getLogger(__name__)
 
 
 
-def training_prompts(target: LoadedModel, recipe: TrainingRecipe) -> list[list[int]]:
-    """Token ids (chat template applied) of every training prompt's first turn."""
+def training_prompts(target: LoadedModel, recipe: TrainingRecipe) -> list[tuple[str | None, list[int]]]:
+    """(built-in example id or None for a prompt file's, token ids with the chat template applied) of
+    every training prompt's first turn."""
     source = recipe.prompts
     if source == "builtin":
-        return [encode_messages(target.tokenizer, build_messages(DOMAINS[name], ex, 0))
-                for name, calibration in builtin_calibration(recipe).items() for ex in calibration]
+        return [(ex.id, encode_messages(target.tokenizer, build_messages(DOMAINS[name], ex, 0)))
+                for name, examples in builtin_training(recipe).items() for ex in examples]
     from specsparse.data.prompts import read_prompt_records  # noqa: PLC0415
 
-    return [encode_messages(target.tokenizer, record.turns[0]) for record in read_prompt_records(source)]
+    return [(None, encode_messages(target.tokenizer, record.turns[0])) for record in read_prompt_records(source)]
 
 
 def generate_data(target: LoadedModel, recipe: TrainingRecipe, batch_size: int = 16) -> list[dict]:
-    """{"tokens": prompt + a reply of the target, "prompt_length"}: per training prompt its greedy reply
-    (lockstep batches), then `sampled_replies` sampled ones (HF generate, left-padded batches)."""
-    prompts = training_prompts(target, recipe)
+    """{"tokens": prompt + a reply of the target, "prompt_length", "id": the built-in example's}: per
+    training prompt its greedy reply (lockstep batches), then `sampled_replies` sampled ones (HF
+    generate, left-padded batches)."""
+    pairs = training_prompts(target, recipe)
+    prompts = [p for _, p in pairs]
     config = GenerationConfig(max_new_tokens=recipe.max_new_tokens, num_draft_tokens=0)
     with tqdm(total=len(prompts), desc="target replies", unit="prompt") as bar:
         results = generate_batch(target.model, prompts, None, config, (), target.eos_token_ids, batch_size,
                                  on_done=lambda _: bar.update())
-    replies = [(p, list(r.new_token_ids)) for p, r in zip(prompts, results)]
+    replies = [(i, list(r.new_token_ids)) for i, r in enumerate(results)]
     if recipe.sampled_replies:
         replies += sampled_replies(target, prompts, recipe, batch_size)
-    return [{"tokens": (list(p) + reply)[: recipe.max_length], "prompt_length": len(p)} for p, reply in replies]
+    return [{"tokens": (prompts[i] + reply)[: recipe.max_length], "prompt_length": len(prompts[i]), "id": pairs[i][0]}
+            for i, reply in replies]
 
 
 def sampled_replies(target: LoadedModel, prompts: Sequence[Sequence[int]], recipe: TrainingRecipe,
-                    batch_size: int) -> list[tuple[Sequence[int], list[int]]]:
-    """`recipe.sampled_replies` sampled replies per prompt (temperature `recipe.temperature`)."""
+                    batch_size: int) -> list[tuple[int, list[int]]]:
+    """(prompt index, reply): `recipe.sampled_replies` sampled replies per prompt (temperature
+    `recipe.temperature`)."""
     model = target.model
     eos = list(target.eos_token_ids)
     pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
     torch.manual_seed(recipe.seed)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths pad little
-    out: list[tuple[Sequence[int], list[int]]] = []
+    out: list[tuple[int, list[int]]] = []
     with tqdm(total=len(prompts), desc="sampled replies", unit="prompt") as bar, torch.inference_mode():
         for first in range(0, len(order), batch_size):
-            group = [prompts[i] for i in order[first : first + batch_size]]
+            indices = order[first : first + batch_size]
+            group = [prompts[i] for i in indices]
             width = max(len(p) for p in group)
             ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in group], device=model.device)
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=model.device)
@@ -105,7 +117,7 @@ def sampled_replies(target: LoadedModel, prompts: Sequence[Sequence[int]], recip
             )[:, width:].tolist()
             for row, reply in enumerate(generated):
                 stop = next((i + 1 for i, token in enumerate(reply) if token in eos), len(reply))
-                out.append((group[row // recipe.sampled_replies], reply[:stop]))
+                out.append((indices[row // recipe.sampled_replies], reply[:stop]))
             bar.update(len(group))
     return out
 
@@ -123,21 +135,6 @@ def draft_vocabulary(replies: Sequence[Sequence[int]], recipe: TrainingRecipe, v
     return torch.tensor(sorted(ranked))
 
 
-@dataclass(frozen=True)
-class DistillationSequence:
-    """One training sequence: tokens [n], the dense target's features the head reads [n, F] (final-norm
-    states for "eagle", the three fused streams for "eagle3"), and at positions 1..n-1 the target's
-    next-token distribution over the draft vocabulary as its top-k (draft ids [n-1, k] and
-    probabilities [n-1, k], renormalised over the draft vocabulary as EAGLE-3 does; the tail's mass
-    is dropped)."""
-
-    tokens: torch.Tensor
-    prompt_length: int
-    features: torch.Tensor
-    target_ids: torch.Tensor
-    target_probs: torch.Tensor
-
-
 def start_from_target_head(head: EagleHead, model, target_rows: torch.Tensor) -> None:
     """An EAGLE-3 head's own LM head and final norm start as the target's (its draft vocabulary's
     rows): the head learns to predict features the target's head reads (a deviation: EAGLE-3 trains
@@ -147,28 +144,6 @@ def start_from_target_head(head: EagleHead, model, target_rows: torch.Tensor) ->
         norm = getattr(getattr(model, "model", model), "norm", None)
         if norm is not None and getattr(norm, "weight", None) is not None:
             head.norm.weight.copy_(norm.weight.float())
-
-
-def distillation_data(target: LoadedModel, records: Sequence[dict], target_rows: torch.Tensor,
-                      top_k: int, feature_layers: Sequence[int] = (FINAL_HIDDEN,)) -> list[DistillationSequence]:
-    """The target's features and next-token distributions (its LM head's `target_rows`, the draft
-    vocabulary's), one forward per sequence: computed once, not every epoch (the distributions are
-    most of a step's cost over a 49k vocabulary)."""
-    layers = tuple(feature_layers) if FINAL_HIDDEN in feature_layers else (*feature_layers, FINAL_HIDDEN)
-    width = target.model.config.hidden_size
-    data = []
-    with torch.inference_mode():
-        for record in tqdm(records, desc="target features", unit="seq"):
-            session = ModelSession(target.model, (), layers)
-            session.hidden_states(record["tokens"])
-            features = session.features.float()
-            final = features[:, -width:]
-            inputs = features if len(layers) == 1 else features[:, : len(feature_layers) * width]
-            probs = torch.softmax(nn.functional.linear(final[1:], target_rows), dim=-1)
-            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-            data.append(DistillationSequence(torch.tensor(record["tokens"]), record["prompt_length"],
-                                             inputs.cpu(), top.indices.int().cpu(), top.values.cpu()))
-    return data
 
 
 class Trainer:
@@ -283,7 +258,8 @@ class Trainer:
         hits = positions = 0
         with torch.no_grad():
             for first in range(0, len(data), self.recipe.batch_size):
-                agreement = self.losses(data[first : first + self.recipe.batch_size], False)[2]
+                batch = [data[i] for i in range(first, min(first + self.recipe.batch_size, len(data)))]
+                agreement = self.losses(batch, False)[2]
                 hits += float(agreement.sum())
                 positions += len(agreement)
         return hits / max(positions, 1)
@@ -307,7 +283,7 @@ def trained_head(target: LoadedModel, root: str | Path, recipe: TrainingRecipe) 
     from filelock import FileLock  # noqa: PLC0415
 
     recipe.check()
-    key = {"target": target.identity, "recipe": asdict(recipe),
+    key = {"target": target.identity, "recipe": recipe.identity(),
            "vocab_file": file_sha256(recipe.vocab_file) if recipe.vocab_file else None}
     directory = Path(root) / content_hash(key)[:16]
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -322,8 +298,8 @@ def trained_head(target: LoadedModel, root: str | Path, recipe: TrainingRecipe) 
 def training_data_key(target: LoadedModel, recipe: TrainingRecipe) -> dict:
     """What decides the generated training data (heads of recipes that differ elsewhere share it), as
     JSON gives it back (a recipe's tuples as lists), so a stored key compares equal."""
-    key = {"target": target.identity, "prompts": recipe.prompts, "domains": recipe.domains, "limit": recipe.limit,
-           "calibration_fraction": recipe.calibration_fraction, "split_seed": recipe.split_seed,
+    key = {"target": target.identity, "prompts": recipe.prompts, "domains": recipe.domains,
+           "held_out_ids": recipe.held_out_ids, "prompts_per_set": recipe.prompts_per_set,
            "max_new_tokens": recipe.max_new_tokens, "max_length": recipe.max_length,
            "sampled_replies": recipe.sampled_replies, "temperature": recipe.temperature, "seed": recipe.seed}
     return json.loads(json.dumps(key))
@@ -358,8 +334,8 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     started = time.perf_counter()
     data_key = training_data_key(target, recipe)
     records = training_records(target, recipe, output / "data.json" if data_dir is None else data_dir)
-    responses = [{"response": target.tokenizer.decode(r["tokens"][r["prompt_length"]:], skip_special_tokens=True)}
-                 for r in records]
+    responses = [{"response": target.tokenizer.decode(r["tokens"][r["prompt_length"]:], skip_special_tokens=True),
+                  "id": r["id"]} for r in records]
     atomic_write_text(output / "responses.jsonl", "".join(json.dumps(r) + "\n" for r in responses))
     sequences = [r["tokens"] for r in records]
     model = target.model
@@ -373,11 +349,15 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     if recipe.arch == "eagle3":
         start_from_target_head(head, model, target_rows)
     head_weight = head.head_weight(target_head)
-    data = distillation_data(target, [r for r in records if len(r["tokens"]) > r["prompt_length"]], target_rows,
-                             recipe.target_top_k, layers)
-    random.Random(recipe.seed).shuffle(data)
-    held_out = data[: max(1, len(data) // 10)]
-    train = data[len(held_out):]
+    used = [r for r in records if len(r["tokens"]) > r["prompt_length"]]
+    top_k = min(recipe.target_top_k, len(target_rows))
+    data_size = data_bytes([len(r["tokens"]) for r in used], len(layers) * model.config.hidden_size, top_k)
+    on_disk = data_size > recipe.feature_memory_mb * 2**20
+    data = distillation_data(target, used, target_rows, top_k, layers, output / "features" if on_disk else None)
+    order = list(range(len(data)))
+    random.Random(recipe.seed).shuffle(order)
+    held_out = Subset(data, order[: max(1, len(data) // 10)])
+    train = Subset(data, order[len(held_out):])
     steps_per_epoch = math.ceil(len(train) / recipe.batch_size)
     embedding = model.get_input_embeddings()
     trainer = Trainer(head, lambda ids: embedding(ids).detach().float(), head_weight,
@@ -385,7 +365,7 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
     resume_path = output / "resume.pt"
     if resume_path.is_file():
         state = torch.load(resume_path, weights_only=False, map_location=model.device)
-        if state.get("recipe") == asdict(recipe) and state.get("data_key") == data_key:
+        if state.get("recipe") == recipe.identity() and state.get("data_key") == data_key:
             trainer.load_state_dict(state)
             log.warning("resuming EAGLE training at epoch %d of %d", trainer.epoch + 1, recipe.epochs)
     with tqdm(total=steps_per_epoch * recipe.epochs, initial=steps_per_epoch * trainer.epoch,
@@ -395,17 +375,21 @@ def train_eagle_head(target: LoadedModel, output: str | Path, recipe: TrainingRe
             trainer.history.append({"epoch": trainer.epoch + 1, **losses, "held_out_agreement": trainer.agreement(held_out)})
             trainer.epoch += 1
             partial = resume_path.with_suffix(".pt.partial")  # replaced whole: a kill never leaves half a file
-            torch.save({**trainer.state_dict(), "recipe": asdict(recipe), "data_key": data_key}, partial)
+            torch.save({**trainer.state_dict(), "recipe": recipe.identity(), "data_key": data_key}, partial)
             partial.replace(resume_path)
             bar.set_postfix(epoch=trainer.epoch, agreement=f"{trainer.history[-1]['held_out_agreement']:.3f}")
     save_eagle_head(head, output)
     _write_json(output / "training.json", {
         "recipe": asdict(recipe), "target": target.identity, "sequences": len(data), "held_out_sequences": len(held_out),
         "tokens": sum(len(s) for s in sequences), "reply_tokens": sum(len(r["tokens"]) - r["prompt_length"] for r in records),
-        "draft_vocab_size": head.draft_vocab_size,
+        "draft_vocab_size": head.draft_vocab_size, "features": {"bytes": data_size, "on_disk": on_disk},
+        # The built-in examples its data came from, trained on or held out for agreement (None: a prompt
+        # file's): a job refuses a head trained on its own domain's calibration or test prompts.
+        "trained_ids": sorted({r["id"] for r in records}) if recipe.prompts == "builtin" else None,
         "seconds": time.perf_counter() - started, "history": trainer.history,
     })
     resume_path.unlink()
+    shutil.rmtree(output / "features", ignore_errors=True)
     return output
 
 

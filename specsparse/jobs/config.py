@@ -25,7 +25,7 @@ from typing import Any
 from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
 from specsparse.decoding.drafter import Drafter
 from specsparse.drafters.eagle import EagleDrafter
-from specsparse.drafters.eagle_checkpoint import own_vocabulary
+from specsparse.drafters.eagle_checkpoint import own_vocabulary, trained_ids
 from specsparse.jobs.checks import (
     ConfigError,
     absolute,
@@ -39,7 +39,7 @@ from specsparse.jobs.checks import (
 from specsparse.jobs.data_checks import corpus_entries, domain_spec
 from specsparse.jobs.model_checks import ModelInfo, check_layers, cost_profile, model_info
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec
-from specsparse.measuring.evaluation import EvaluationSpec, MeasureSpec
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
 from specsparse.search.joint_vocab import JointVocabSearch
@@ -124,6 +124,7 @@ def build_plan(
     )
     if "drafter_responses" in evaluation.vocab_corpus:
         _check_drafter_responses(drafter)
+    _check_head_data(drafter, domain, model)
     vocab_comparison = _vocab_comparison(config.get("vocab_comparison"), search, drafter)
     paths = config.get("paths") or {}
     store = paths.get("store", "outputs/store.sqlite")
@@ -164,6 +165,22 @@ def _check_drafter_responses(drafter: Component) -> None:
         return
     raise ConfigError(f"vocab_corpus drafter_responses: drafter {drafter.name} has no training replies: use "
                       "drafter=eagle with drafter.train (or drafter.path a head `specsparse train-drafter` wrote)")
+
+
+def _check_head_data(drafter: Component, domain: DomainSpec, model: ModelInfo) -> None:
+    """A trained EAGLE head (drafter.path) whose training.json lists built-in example ids it trained on
+    must not have trained on any prompt this job measures: its domain's calibration and test examples."""
+    path = drafter.options.get("path")
+    trained = None if drafter.cls is not EagleDrafter or drafter.options.get("train") else trained_ids(str(path or ""))
+    if not trained or domain.source == "hf":  # a Hub set may need the network; its ids are not built-in ones
+        return
+    measured = {ex.id for ex in domain.load("all")}  # calibration and test together
+    if overlap := len(trained & measured):
+        limit = "" if domain.limit is None else f" --limit {domain.limit}"
+        raise ConfigError(f"drafter.path={path} was trained on {overlap} of the {len(measured)} {domain.name} prompts "
+                          f"this job measures (calibration and test): train a head without them, `specsparse "
+                          f"train-drafter --model {model.source} --output NEW_DIR --held-out {domain.name}{limit}`, "
+                          "or give drafter.train (the job then trains one without them)")
 
 
 def _vocab_comparison(value: Any, search: Component, drafter: Component) -> VocabComparisonSpec | None:
@@ -295,7 +312,7 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
         )
     train = drafter.options.get("train") or {}
     if trims and drafter.cls is EagleDrafter and (
-            reason := own_vocabulary(str(drafter.options.get("path") or ""))
+            reason := own_vocabulary("" if train else str(drafter.options.get("path") or ""))
             or ("heads drafter.train trims (vocab_size / vocab_file)" if train.get("vocab_size") or train.get("vocab_file")
                 else None)):
         raise ConfigError(f"search {cls.name} picks rows of a full-vocabulary EAGLE head's LM head, and "

@@ -145,7 +145,7 @@ def trained_at_k(calibration: Evaluator, ids: Sequence[int]) -> tuple[Callable[[
         ids_file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(ids_file, json.dumps(sorted(int(i) for i in ids)))
     recipe = {**options, "train": {**options["train"], "vocab_file": str(ids_file)}}
-    head = Component(drafter.class_path, recipe).build(target=calibration.target)
+    head = Component(drafter.class_path, recipe).build(target=calibration.target, exclude_ids=calibration.measured_ids)
     trained = head.recorded_options(recipe)
     return lambda: Component(drafter.class_path, trained).build(target=calibration.target), training_record(head)
 

@@ -10,6 +10,7 @@ from typing import Any
 from specsparse.util import locate
 
 MAX_NEW_TOKENS = 1 << 20  # far beyond any model's context: larger values are typos, and overflow tensors
+MAX_DRAFT_TOKENS = 64  # k: a verification chunk of k + 1 tokens; past this a step costs more than a draft can win
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,9 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}, got {self.max_new_tokens}")
-        if self.num_draft_tokens < 0:
-            raise ValueError(f"num_draft_tokens must be >= 0, got {self.num_draft_tokens}")
+        if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"num_draft_tokens must be in 0..{MAX_DRAFT_TOKENS} (a step verifies k + 1 tokens in one "
+                             f"forward; the papers draft 5-8), got {self.num_draft_tokens}")
         if not 0 <= self.temperature < float("inf"):  # also refuses nan
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.draft_length not in ("fixed", "adaptive"):

@@ -100,6 +100,14 @@ def locate(dotpath: str) -> Any:
         raise ValueError(f"cannot import {dotpath!r} ({err}): check the `_target_` in the config") from None
 
 
+def file_in_the_way(folder: str | os.PathLike) -> Path | None:
+    """The file that stops `folder` from being a folder (itself, or its nearest existing ancestor
+    when that is not a folder), or None."""
+    path = Path(folder)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    return existing if existing is not None and not existing.is_dir() else None
+
+
 def utc_now() -> str:
     """The current time, UTC, ISO 8601 to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

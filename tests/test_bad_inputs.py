@@ -149,6 +149,20 @@ CASES = [
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--learning-rate", "inf"], "learning rate"),
     ("cli", ["train-drafter", "--model", "tiny", "--output", "{tmp}/head", "--prompts", "{tmp}/missing.jsonl"],
      "--prompts"),
+    # Counts have upper bounds, devices must exist, a folder must not be a file.
+    ("run.py", [*TINY, "generation.num_draft_tokens=100000"], "num_draft_tokens must be in 0..64"),
+    ("run.py", [*TINY, "measure.batch_size=100000000"], "measure.batch_size"),
+    ("run.py", [*TINY, "tss.max_depth=1000"], "tss.max_depth"),
+    ("run.py", [*TINY, "drafter=recycling", "drafter.top_k=100000000"], "top_k must be in 1..256"),
+    ("run.py", [*TINY, "drafter=recycling", "drafter.warm_corpus=[]"], "warm_corpus"),
+    ("run.py", [*TINY, "drafter=recycling", "drafter.warm_corpus=[nope.jsonl]"], "drafter.warm_corpus"),
+    ("run.py", [*TINY, "paths.outputs={tmp}/map.yaml"], "paths.outputs"),
+    ("run.py", [*TINY, "paths.outputs={tmp}/map.yaml/outputs"], "paths.outputs"),
+    ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--num-draft-tokens", "100000"],
+     "--num-draft-tokens"),
+    ("cli", ["profile", "--model", "tiny", "--device", "cuda:abc"], "--device cuda:abc"),
+    ("cli", ["profile", "--model", "tiny", "--device", "cuda:7"], "--device cuda:7"),
+    ("cli", ["report", "{tmp}/job", "--merge-config-map", "{tmp}/map.yaml/maps/all"], "--merge-config-map"),
     ("cli", ["submit", "--dry-run"], "nothing to run"),
     ("cli", ["submit", "--dry-run", "--env", "NOEQUALS", "--", "python", "run.py"], "--env"),
     ("cli", ["profile", "--model", "/no/such/model"], "/no/such/model"),
@@ -201,8 +215,8 @@ runpy.run_path(entry, run_name="__main__") if entry.endswith(".py") else runpy.r
 def run_case(entry: str, args: list[str], folder: Path) -> subprocess.CompletedProcess:
     args = [a.replace("{tmp}", str(folder)) for a in args]
     command = [sys.executable, "-c", MARK_LOADING]
-    command += [str(ROOT / "run.py"), *args, f"paths.outputs={folder / 'out'}"] if entry == "run.py" \
-        else ["specsparse.cli", *args]
+    outputs = [] if any(a.startswith("paths.outputs=") for a in args) else [f"paths.outputs={folder / 'out'}"]
+    command += [str(ROOT / "run.py"), *args, *outputs] if entry == "run.py" else ["specsparse.cli", *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
            "SPECSPARSE_CACHE": str(folder / "cache"), "LOAD_MARKER": str(folder / "model-loaded")}
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=180)

@@ -31,7 +31,7 @@ def add_profile_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from specsparse.decoding.models import load_model  # noqa: PLC0415
+    from specsparse.decoding.models import device_problem, load_model  # noqa: PLC0415
     from specsparse.measuring.profile import (  # noqa: PLC0415
         ProfileError,
         measure_checked_profile,
@@ -45,6 +45,8 @@ def run_profile(args: argparse.Namespace) -> int:
         return code
     if message := missing_model(args.model) or forward_path_problem(args.forward_path, args.device, args.dtype):
         return fail(message)
+    if problem := device_problem(args.device):
+        return fail(f"--device {args.device}: {problem}")
     try:
         loaded = load_model(args.model, dtype=args.dtype, device=args.device, forward_path=args.forward_path)
     except (ModelLoadError, ValueError) as err:

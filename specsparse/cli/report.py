@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from specsparse.cli.common import fail
-from specsparse.util import first_line
+from specsparse.util import file_in_the_way, first_line
 
 
 def add_report_command(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +42,9 @@ def run_report(args: argparse.Namespace) -> int:
     from specsparse.reporting.report import build_report, find_jobs, wandb_jobs  # noqa: PLC0415
     from specsparse.study.store import StoreError  # noqa: PLC0415
 
+    if args.merge_config_map and (blocker := file_in_the_way(Path(args.merge_config_map).parent)) is not None:
+        return fail(f"--merge-config-map {args.merge_config_map}: {blocker} is a file: give a path in a folder "
+                    "(PATH.yaml and PATH.json are written there)")
     if args.mixed_stream is not None and args.mixed_stream < 1:
         return fail(f"--mixed-stream must be >= 1 test prompts per domain, got {args.mixed_stream}")
     for flag, value in (("--wandb", args.wandb), ("--publish", args.publish)):

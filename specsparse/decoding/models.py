@@ -14,6 +14,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -78,6 +79,18 @@ def resolve_dtype(dtype: str) -> torch.dtype | str:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: use one of float32, bfloat16, float16, auto")
     return DTYPES[dtype]
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` cannot hold a model on this machine (one line, naming the fix), or None."""
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        return "use cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
+    kind, _, index = device.partition(":")
+    if kind == "cuda" and int(index or 0) >= torch.cuda.device_count():
+        return f"this machine has {torch.cuda.device_count()} CUDA device(s): use cpu (or a device it has)"
+    if kind == "mps" and not torch.backends.mps.is_available():
+        return "MPS is not available on this machine: use cpu"
+    return None
 
 
 def load_model(

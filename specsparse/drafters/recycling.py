@@ -10,6 +10,8 @@ from specsparse.data.corpus import corpus_token_ids
 from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.util import content_hash
 
+MAX_TOP_K = 256
+
 
 class TokenRecyclingDrafter(Drafter):
     """Chain or tree drafts from an adjacency matrix of each token's top-k successors.
@@ -59,8 +61,9 @@ class TokenRecyclingDrafter(Drafter):
 
     def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None,
                  initial: torch.Tensor | None = None) -> None:
-        if vocab_size < 1 or top_k < 1:
-            raise ValueError(f"vocab_size and top_k must be >= 1, got {vocab_size}, {top_k}")
+        if vocab_size < 1 or not 1 <= top_k <= MAX_TOP_K:
+            raise ValueError(f"top_k must be in 1..{MAX_TOP_K} (the table keeps top_k successors of every token; Token "
+                             f"Recycling keeps 8) and vocab_size >= 1, got {top_k}, {vocab_size}")
         if tree is not None and not all(1 <= int(b) <= top_k for b in tree):
             raise ValueError(f"tree branching {list(tree)} must be between 1 and top_k={top_k} per depth")
         if initial is not None and tuple(initial.shape) != (vocab_size, top_k):

@@ -48,6 +48,7 @@ from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import Component, GenerationConfig
 from specsparse.util import first_line, is_int, locate
 
+MAX_BATCH_SIZE = 1024  # rows of one batched forward (the automatic size stops at 64; each row holds a KV cache)
 GROUPS = ("model", "drafter", "domain", "search", "runner", "logger")
 
 
@@ -233,8 +234,10 @@ def _measure(cfg: Mapping[str, Any]) -> MeasureSpec:
     if mode not in MODES:
         raise ConfigError(f"measure.mode={mode!r} is not one of {list(MODES)}: use measure.mode=replay or engine")
     batch_size = cfg.get("batch_size")
-    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
-        raise ConfigError(f"measure.batch_size={batch_size!r}: give a positive integer, or null for automatic")
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                   or not 1 <= batch_size <= MAX_BATCH_SIZE):
+        raise ConfigError(f"measure.batch_size={batch_size!r}: give an integer in 1..{MAX_BATCH_SIZE} (rows per batched "
+                          "forward), or null for automatic")
     return MeasureSpec(mode=mode, batch_size=batch_size)
 
 
@@ -348,6 +351,10 @@ def _tss_rule(value: Any, model: ModelInfo) -> TSSRule:
         if model.num_layers is not None and len(set(value["protect_layers"])) >= model.num_layers:
             raise ConfigError(f"tss.protect_layers protects all {model.num_layers} layers of {model.name}, so the "
                               "search has nothing to skip: leave at least one layer unprotected")
+    depth = value.get("max_depth")
+    if model.num_layers is not None and isinstance(depth, int) and depth > model.num_layers:
+        raise ConfigError(f"tss.max_depth={depth}: {model.name} has {model.num_layers} layers, so a skip set holds at "
+                          f"most {model.num_layers}: give tss.max_depth <= {model.num_layers}")
     try:
         return TSSRule(**value)
     except (TypeError, ValueError) as err:

@@ -5,14 +5,13 @@ pinned cost profile against its architecture."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specsparse.decoding.forward_path import ForwardPathError, resolve_forward_path
-from specsparse.decoding.models import DTYPES, EMBEDDED_MODELS, ModelLoadError, embedded_package
+from specsparse.decoding.models import DTYPES, EMBEDDED_MODELS, ModelLoadError, device_problem, embedded_package
 from specsparse.decoding.skipping import validate_skip_layers
 from specsparse.jobs.checks import ConfigError, absolute, looks_like_path
 from specsparse.measuring.profile import ProfileError, load_profile
@@ -57,7 +56,8 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
     if dtype not in (*DTYPES, "auto"):
         raise ConfigError(f"model.dtype={dtype!r}: use one of {', '.join([*DTYPES, 'auto'])}")
     device = str(cfg.get("device", "cpu"))
-    _check_device(device)
+    if problem := device_problem(device):
+        raise ConfigError(f"model.device={device!r}: {problem}")
     try:
         forward_path = resolve_forward_path(cfg.get("forward_path", "auto"), device, dtype)
     except ForwardPathError as err:
@@ -73,27 +73,6 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
     if vocab_size is not None and (not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1):
         raise ConfigError(f"model.vocab_size must be a positive integer or null, got {vocab_size!r}")
     return ModelInfo(str(cfg.get("name") or source), source, dtype, device, forward_path, num_layers, vocab_size)
-
-
-def _check_device(device: str) -> None:
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
-        raise ConfigError(f"model.device={device!r}: use cpu, cuda, cuda:N (N = 0, 1, ...) or mps")
-    kind = device.split(":", 1)[0]
-    if kind == "cuda":
-        import torch  # noqa: PLC0415
-
-        count = torch.cuda.device_count()
-        index = int(device.split(":", 1)[1]) if ":" in device else 0
-        if index >= count:
-            raise ConfigError(
-                f"model.device={device!r} but this machine has {count} CUDA device(s): "
-                "use model.device=cpu or a CPU preset (model=smollm2_135m)"
-            )
-    if kind == "mps":
-        import torch  # noqa: PLC0415
-
-        if not torch.backends.mps.is_available():
-            raise ConfigError("model.device='mps' but MPS is not available on this machine: use model.device=cpu")
 
 
 def check_layers(value: Any, key: str, model: ModelInfo, skip_set: bool = True) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from specsparse.util import atomic_write_text
+from specsparse.util import atomic_write_text, file_in_the_way
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,24 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     writer.writerows({**r, "skip_layers": "" if r["skip_layers"] is None else json.dumps(r["skip_layers"])}
                      for r in rows)
     return buffer.getvalue()
+
+
+class OutputFolderCheck(Callback):
+    """A run or sweep folder that cannot be made (`paths.outputs` naming a file, or a folder under
+    one) stops the command with one line and exit code 2, before Hydra makes the folder."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:  # the run folder's name needs Hydra's runtime, unset yet
+        _check_output_folder(str(config.paths.outputs))
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        _check_output_folder(str(config.hydra.sweep.dir))
+
+
+def _check_output_folder(folder: str) -> None:
+    if (blocker := file_in_the_way(folder)) is not None:
+        print(f"error: paths.outputs: {blocker} is a file, so the folder {folder} cannot be made: point "
+              "paths.outputs at a folder (created if missing)", file=sys.stderr)
+        sys.exit(2)
 
 
 class SweepSummary(Callback):

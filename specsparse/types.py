@@ -23,7 +23,9 @@ class GenerationConfig:
     drafts n <= k chosen per step from the request's own acceptance so far and the modeled cost of
     verifying more tokens, `verify_cost_per_token` of a one-token forward per extra token
     (`engine.AdaptiveDraftLength`). Output is the same either way; accept lengths are not.
-    `temperature == 0` is greedy (lossless) verification; > 0 uses speculative rejection sampling.
+    `temperature == 0` is greedy (lossless) verification; > 0 uses speculative rejection sampling, drawn
+    from a generator seeded with `seed` (a negative seed is taken modulo 2**64, as torch does: -1 is
+    2**64 - 1, a seed like any other).
     Its defaults are every entry point's (run.py's conf/config.yaml restates them), and its checks are
     the one check of these values, wherever they come from (config, command line, API request).
     """
@@ -42,6 +44,8 @@ class GenerationConfig:
         if not 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
             raise ValueError(f"num_draft_tokens must be in 0..{MAX_DRAFT_TOKENS} (a step verifies k + 1 tokens in one "
                              f"forward; the papers draft 5-8), got {self.num_draft_tokens}")
+        if not -(1 << 63) <= self.seed < 1 << 64:  # what torch.Generator.manual_seed takes
+            raise ValueError(f"seed must be an integer in -2**63..2**64-1, got {self.seed}")
         if not 0 <= self.temperature < float("inf"):  # also refuses nan
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.draft_length not in ("fixed", "adaptive"):

@@ -160,6 +160,8 @@ CASES = [
     ("run.py", [*TINY, "paths.outputs={tmp}/map.yaml/outputs"], "paths.outputs"),
     ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--num-draft-tokens", "100000"],
      "--num-draft-tokens"),
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--seed", "99999999999999999999999",
+             "hi"], "--seed"),
     ("cli", ["profile", "--model", "tiny", "--device", "cuda:abc"], "--device cuda:abc"),
     ("cli", ["profile", "--model", "tiny", "--device", "cuda:7"], "--device cuda:7"),
     ("cli", ["report", "{tmp}/job", "--merge-config-map", "{tmp}/map.yaml/maps/all"], "--merge-config-map"),

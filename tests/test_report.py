@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specsparse.cli import main
 from specsparse.config_map import load_config_map
+from specsparse.data import Example
 from specsparse.jobs.outputs import upgrade_summary
 from specsparse.reporting.ablation import single_layer_ablation
 from specsparse.reporting.formatting import format_cell, slim_table1, to_latex, to_markdown
+from specsparse.reporting.mixed_stream import round_robin
 from specsparse.reporting.records import JobRecord
 from specsparse.reporting.report import build_report, find_jobs
 from specsparse.reporting.tables import merged_config_map, routing_table, table1, table2
@@ -304,3 +308,12 @@ def test_strict_json_writes_null_for_what_json_cannot_hold():
 
     text = strict_json({"a": float("inf"), "b": [float("nan"), 1.5, (2, -float("inf"))], "c": Path("/x")})
     assert json.loads(text) == {"a": None, "b": [None, 1.5, [2, None]], "c": "/x"}
+
+
+@given(lengths=st.lists(st.integers(0, 5), max_size=4), per_domain=st.integers(1, 10**12))
+def test_the_mixed_stream_takes_at_most_n_prompts_per_domain_and_all_of_a_shorter_one(lengths, per_domain):
+    """A huge --mixed-stream N is legal: every test prompt of every domain, at once (never a loop to N)."""
+    domains = {f"d{i}": [Example(f"d{i}-{j}", f"d{i}", ("q",), ("a",)) for j in range(n)] for i, n in enumerate(lengths)}
+    stream = round_robin(domains, per_domain)
+    assert len(stream) == sum(min(n, per_domain) for n in lengths)
+    assert [ex.id for ex in stream if ex.domain == "d0"] == [ex.id for ex in domains.get("d0", [])][:per_domain]

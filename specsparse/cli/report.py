@@ -32,7 +32,8 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
                         "online, else its definition is written to <out>/wandb_report.json")
     p.add_argument("--mixed-stream", type=int, metavar="N",
                    help="add Table 1's mixed-stream row: N test prompts per domain through the runtime controller "
-                        "vs dense, timed now (loads the model)")
+                        "vs dense, timed now (loads the model); a domain with fewer test prompts gives all it has, "
+                        "so a huge N runs every test prompt of every domain")
     p.set_defaults(func=run_report)
 
 

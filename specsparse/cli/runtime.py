@@ -78,7 +78,9 @@ def _add_controller_options(parser: argparse.ArgumentParser) -> None:
                         help="fixed: draft --num-draft-tokens every step; adaptive: at most that many, chosen "
                              "per step from the acceptance so far (same output, usually faster)")
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="sampling seed (with --temperature > 0): any integer in -2**63..2**64-1; a negative one is "
+                             "taken modulo 2**64, as torch does (-1 is 2**64-1), not a random seed")
 
 
 def _check_generation_options(args: argparse.Namespace) -> None:

@@ -31,9 +31,9 @@ class MixedStream:
 
 
 def round_robin(examples_by_domain: Mapping[str, Sequence[Example]], per_domain: int) -> list[Example]:
-    """The first `per_domain` examples of each domain, interleaved: a, b, c, a, b, c, ..."""
+    """The first `per_domain` examples of each domain (all of a shorter one), interleaved: a, b, c, a, b, c, ..."""
     stream = []
-    for i in range(per_domain):
+    for i in range(min(per_domain, max(map(len, examples_by_domain.values()), default=0))):
         stream += [examples[i] for examples in examples_by_domain.values() if i < len(examples)]
     return stream
 

@@ -6,8 +6,8 @@ against the dense greedy output of the same dtype (lossless).
     python scripts/bench_eagle.py --head DIR --spec-bench ../shared/data/spec_bench/question.jsonl --dtypes float32,bfloat16
     python scripts/bench_eagle.py --head FULL --head TRAINED_AT_K --vocab-file ids.json   # the vocabulary paper
 
-Held-out built-in prompts are the test splits (80%) of the built-in sets; `specsparse train-drafter`
-trains on their calibration splits. Accept length is tokens per verification step, bonus included.
+Held-out built-in prompts are the test splits (80%) of the built-in sets, less any prompt a head
+was trained on (its training.json's trained_ids). Accept length is tokens per verification step, bonus included.
 Speedups are ratios of total wall time, with 95% bootstrap intervals over prompts (paired).
 """
 
@@ -32,12 +32,15 @@ from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import load_model
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter
 from specsparse.drafters.eagle import EagleDrafter
+from specsparse.drafters.eagle_checkpoint import trained_ids
 from specsparse.types import GenerationConfig
 
 SPEC_BENCH_DOMAINS = ("translation", "summarization", "qa", "math", "rag", "mt_bench")
 
 
-def held_out_prompts(tokenizer, per_domain: int, spec_bench: str | None) -> list[tuple[str, list[int]]]:
+def held_out_prompts(tokenizer, per_domain: int, spec_bench: str | None,
+                     trained: set[str] = frozenset()) -> list[tuple[str, list[int]]]:
+    """Up to `per_domain` prompts of each domain that no head was trained on (`trained`: example ids)."""
     prompts = []
     for name, domain in DOMAINS.items():
         if spec_bench:
@@ -45,7 +48,8 @@ def held_out_prompts(tokenizer, per_domain: int, spec_bench: str | None) -> list
                 continue
             examples = load_examples(name, "spec_bench", spec_bench)[:per_domain]
         else:
-            examples = split_examples(load_examples(name, "builtin"))[1][:per_domain]
+            examples = [ex for ex in split_examples(load_examples(name, "builtin"))[1] if ex.id not in trained]
+            examples = examples[:per_domain]
         prompts += [(name, encode_messages(tokenizer, build_messages(domain, ex, 0))) for ex in examples]
     return prompts
 
@@ -77,7 +81,8 @@ def run(args, dtype: str) -> list[dict]:
             methods[f"{label} chain"] = lambda head=head, ids=ids: EagleDrafter(head, model, vocab_ids=ids)
             methods[f"{label} tree {args.tree[0]}x{args.tree[1]}"] = (
                 lambda head=head, ids=ids: EagleDrafter(head, model, args.tree, vocab_ids=ids))
-    prompts = held_out_prompts(loaded.tokenizer, args.per_domain, args.spec_bench)
+    trained = {i for path in args.head for i in trained_ids(path) or ()}
+    prompts = held_out_prompts(loaded.tokenizer, args.per_domain, args.spec_bench, trained)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k)
     names = list(methods)
     times = {m: np.zeros(len(prompts)) for m in names}

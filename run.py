@@ -10,6 +10,7 @@ Each job writes into its Hydra output dir (outputs/runs/... or outputs/multirun/
 logger=wandb, wandb/offline-run-*. Every measurement also goes to the shared results store
 (paths.store, default outputs/store.sqlite), so a rerun after an interruption resumes where it stopped.
 A bad configuration value stops the job before any model loads, with one line on stderr and exit code 2.
+A job returns its `objective` (conf/config.yaml) for sweepers such as hydra/sweeper=optuna; NaN when it failed.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ CHOICE_GROUPS = ("model", "drafter", "domain", "search", "runner", "logger", "ex
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | tuple[float, ...] | None:
     from specsparse.decoding.models import ModelLoadError
-    from specsparse.jobs.config import ConfigError, build_plan
+    from specsparse.jobs.config import ConfigError, build_plan, objective_value
     from specsparse.jobs.job import JobTerminated, run_plan
     from specsparse.jobs.outputs import results_table
     from specsparse.measuring.profile import ProfileError
@@ -46,26 +47,48 @@ def main(cfg: DictConfig) -> None:
     log.info(_preset_line(choices.get("experiment"), hydra_cfg.overrides.task))  # console and the job's run.log
     output_dir = Path(hydra_cfg.runtime.output_dir)
     signal.signal(signal.SIGTERM, _terminate)
+    failed = _failed(cfg.get("objective"))  # what a failed job returns to a sweeper
     try:
         config = OmegaConf.to_container(cfg, resolve=True)
         plan = build_plan(config, output_dir=output_dir, cwd=get_original_cwd(),
                           overrides=list(hydra_cfg.overrides.task), choices=choices)
     except ConfigError as err:
         shutil.rmtree(output_dir, ignore_errors=True)  # nothing ran: leave no empty run folder behind
-        return _fail(f"error: {err}", multirun, output_dir)
+        return _fail(f"error: {err}", multirun, output_dir, failed)
+    log.info(_logger_line(plan.logger, choices.get("logger")))
     try:
         job = run_plan(plan)
     except (ConfigError, ModelLoadError, StoreError, ProfileError) as err:
-        return _fail(f"error: {err}", multirun, output_dir)
+        return _fail(f"error: {err}", multirun, output_dir, failed)
     except KeyboardInterrupt as err:
         print(f"{'terminated' if isinstance(err, JobTerminated) else 'interrupted'}: {output_dir} "
               "(finished measurements are in the store; rerun the same command to resume)", file=sys.stderr)
         sys.exit(143 if isinstance(err, JobTerminated) else 130)
     except Exception as err:  # noqa: BLE001 - a bug: one line here, the traceback in the job's run.log
-        return _fail(_unexpected(err, output_dir), multirun, output_dir)
+        return _fail(_unexpected(err, output_dir), multirun, output_dir, failed)
     lines = [results_table(job), f"outputs: {plan.output_dir}", f"results store: {plan.store_path}",
              f"tables and plots: specsparse report {plan.output_dir.parent if multirun else plan.output_dir}"]
     log.info("\n%s", "\n".join(lines))  # the console and the job's run.log
+    value = objective_value(plan.objective, job.summary())
+    if multirun and value is not None:
+        log.info("objective %s: %s", plan.objective, value)
+    return value
+
+
+def _logger_line(logger, choice: str | None) -> str:
+    """Which logger the job got: logger=auto (the default) is W&B when its extra is installed, else none."""
+    if logger is None:
+        return "logger: none" + (" (pip install 'specsparse[wandb]' for W&B runs)" if choice == "auto" else "")
+    mode = logger.options.get("mode")
+    return f"logger: {'wandb' if choice in (None, 'auto') else choice}" + (f" ({mode})" if mode else "")
+
+
+def _failed(objective) -> float | tuple[float, ...] | None:
+    """A failed job's return value: NaN for each objective. An Optuna sweeper fails that trial, Nevergrad
+    counts a loss that is never best, and either sweep goes on (an exception would stop both)."""
+    if objective is None:
+        return None
+    return tuple(float("nan") for _ in objective) if OmegaConf.is_list(objective) else float("nan")
 
 
 def _preset_line(preset: str | None, overrides) -> str:
@@ -89,15 +112,16 @@ def _unexpected(err: Exception, output_dir: Path) -> str:
     return f"error: job {output_dir.name} failed unexpectedly ({type(err).__name__}: {first_line(err)}); traceback in {run_log}"
 
 
-def _fail(message: str, multirun: bool, output_dir: Path) -> None:
-    """One line on stderr. A single run exits 2; in a sweep the other jobs still run, and the sweep
-    lists its failed jobs and exits 2 at the end (specsparse.jobs.sweep.SweepSummary)."""
+def _fail(message: str, multirun: bool, output_dir: Path, value):
+    """One line on stderr. A single run exits 2; in a sweep the other jobs still run (this one returns
+    `value`), and the sweep lists its failed jobs and exits 2 at the end (specsparse.jobs.sweep.SweepSummary)."""
     print(message, file=sys.stderr)
     if not multirun:
         sys.exit(2)
     from specsparse.jobs.sweep import FAILED
 
     FAILED.append(f"{output_dir.name}: {message}")
+    return value
 
 
 def _terminate(signum, frame) -> None:

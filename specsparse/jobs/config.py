@@ -26,6 +26,7 @@ from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
 from specsparse.decoding.drafter import Drafter
 from specsparse.drafters.eagle import EagleDrafter
 from specsparse.drafters.eagle_checkpoint import own_vocabulary, trained_ids
+from specsparse.extras import MissingExtraError, require_installed
 from specsparse.jobs.checks import (
     ConfigError,
     absolute,
@@ -38,6 +39,7 @@ from specsparse.jobs.checks import (
 )
 from specsparse.jobs.data_checks import corpus_entries, domain_spec
 from specsparse.jobs.model_checks import ModelInfo, check_layers, cost_profile, model_info
+from specsparse.jobs.result import DENSE_KEPT
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
@@ -71,6 +73,7 @@ class JobPlan:
     progress: bool = True
     experiment: str | None = None
     seed: int = 0
+    objective: str | tuple[str, ...] | None = "measured_speedup_test_vs_plain"  # what run.py returns (OBJECTIVES)
     choices: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict, compare=False)
     overrides: tuple[str, ...] = ()
@@ -115,7 +118,7 @@ def build_plan(
                           "generation.temperature=0, or chains (leave out the drafter's tree / branches options)")
     search, max_measurements = _search(config["search"], model, drafter)
     runner = _component(config["runner"], "runner", required="evaluate_batch")
-    logger = _component(config["logger"], "logger") if config["logger"] else None  # logger=none
+    logger = _logger(config["logger"])
     evaluation = EvaluationSpec(
         model=model.source, dtype=model.dtype, device=model.device, forward_path=model.forward_path,
         drafter=drafter, domain=domain,
@@ -147,6 +150,7 @@ def build_plan(
         progress=flag_option(config, "progress"),
         experiment=config.get("experiment_name"),
         seed=seed_option(config, "seed"),
+        objective=_objective(config.get("objective", JobPlan.objective)),
         choices=dict(choices or {}),
         config=dict(config),
         overrides=tuple(overrides),
@@ -379,3 +383,48 @@ def _component(cfg: Mapping[str, Any], group: str, required: str | None = None) 
         except ValueError as err:
             raise ConfigError(f"{group}: {first_line(err)}") from None
     return Component(class_path, options)
+
+
+def _logger(cfg: Mapping[str, Any] | None) -> Component | None:
+    """None for logger=none. logger=auto (`auto: true` on logger=wandb's options) is W&B when the wandb
+    extra is installed, and no logger otherwise."""
+    if not cfg:
+        return None
+    options = {k: v for k, v in cfg.items() if k != "auto"}
+    if cfg.get("auto"):
+        try:
+            require_installed("wandb", extra="wandb")
+        except MissingExtraError:
+            return None
+    return _component(options, "logger")
+
+
+# summary.json keys a job can return to a Hydra sweeper (a number, or an interval's point estimate)
+OBJECTIVES = ("measured_speedup_test_vs_plain", "measured_speedup_dense_vs_plain", "measured_speedup_test",
+              "modeled_speedup_test", "measured_plain_tokens_per_s_test", "job_wall_time_s")
+
+
+def _objective(value: Any) -> str | tuple[str, ...] | None:
+    """`objective`: one of OBJECTIVES, a list of them (a multi-objective sweeper), or null."""
+    keys = [value] if isinstance(value, str) else value
+    if value is not None and (not isinstance(keys, list) or not keys or any(k not in OBJECTIVES for k in keys)):
+        raise ConfigError(f"objective={value!r}: give a summary.json key ({', '.join(OBJECTIVES)}), a list of "
+                          "them for a multi-objective sweeper, or null")
+    return value if value is None or isinstance(value, str) else tuple(keys)
+
+
+def objective_value(objective: str | Sequence[str] | None, summary: Mapping[str, Any]) -> Any:
+    """What a job returns to a sweeper: each objective's value in `summary` (an interval's point estimate),
+    a tuple for a list of keys, NaN where the summary has none (a failed trial to a sweeper). Where the
+    search kept dense, the selected configuration's speedups are dense's."""
+    def value(key: str) -> float:
+        number = summary.get(key)
+        if number is None and (summary.get("held_out") or {}).get("verdict") == DENSE_KEPT:
+            number = {"measured_speedup_test_vs_plain": summary.get("measured_speedup_dense_vs_plain"),
+                      "measured_speedup_test": 1.0}.get(key)
+        number = number[0] if isinstance(number, (list, tuple)) else number
+        return float("nan") if number is None else float(number)
+
+    if objective is None:
+        return None
+    return value(objective) if isinstance(objective, str) else tuple(value(k) for k in objective)

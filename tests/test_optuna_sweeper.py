@@ -1,0 +1,154 @@
+"""What a job returns to a Hydra sweeper (`objective`), and hydra/sweeper=optuna
+(hydra_plugins/specsparse_optuna_sweeper): its search space from Hydra's sweep syntax, a seeded sweep that
+finds a synthetic objective's known optimum past failed jobs, and a real two-trial sweep of run.py whose
+trials are the jobs' summary values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from hydra_plugins.specsparse_optuna_sweeper.optuna_sweeper import OptunaSweeper, search_space
+from specsparse.jobs.config import ConfigError, build_plan, objective_value
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
+
+
+def plan_for(overrides: list[str], tmp_path: Path):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
+    return build_plan(config, output_dir=tmp_path / "job", cwd=tmp_path)
+
+
+# -- the objective ---------------------------------------------------------------------------------
+def test_the_objective_is_checked_with_the_plan(tmp_path):
+    assert plan_for(["model=tiny"], tmp_path).objective == "measured_speedup_test_vs_plain"
+    plan = plan_for(["model=tiny", "objective=[measured_speedup_test_vs_plain,job_wall_time_s]"], tmp_path)
+    assert plan.objective == ("measured_speedup_test_vs_plain", "job_wall_time_s")
+    assert plan_for(["model=tiny", "objective=null"], tmp_path).objective is None
+    for bad in ("objective=speed", "objective=[]", "objective=[job_wall_time_s,speed]", "objective=3"):
+        with pytest.raises(ConfigError) as info:
+            plan_for(["model=tiny", bad], tmp_path)
+        assert str(info.value).startswith("objective=") and "measured_speedup_test_vs_plain" in str(info.value)
+
+
+def test_the_objective_value_of_a_summary():
+    summary = {"measured_speedup_test_vs_plain": [1.2, 1.1, 1.3], "measured_speedup_dense_vs_plain": [1.05, 1.0, 1.1],
+               "job_wall_time_s": 12.5, "measured_speedup_test": None, "held_out": {"verdict": "held"}}
+    assert objective_value("measured_speedup_test_vs_plain", summary) == 1.2  # the point estimate
+    assert objective_value(["job_wall_time_s", "measured_speedup_test_vs_plain"], summary) == (12.5, 1.2)
+    assert objective_value(None, summary) is None
+    assert math.isnan(objective_value("measured_speedup_test", summary))  # not measured: NaN, a failed trial
+    dense = {**summary, "measured_speedup_test_vs_plain": None, "held_out": {"verdict": "dense kept"}}
+    assert objective_value("measured_speedup_test_vs_plain", dense) == 1.05  # the pick is dense
+    assert objective_value("measured_speedup_test", dense) == 1.0
+
+
+# -- the sweeper -----------------------------------------------------------------------------------
+def test_the_search_space_follows_hydras_sweep_syntax():
+    space, fixed = search_space(["a=interval(0,1)", "b=int(interval(1,3))", "c=tag(log,interval(0.001,1))",
+                                 "d=choice(x,y,3)", "e=range(1,5)", "f=range(2,10,3)", "g=5", "+h=[1,2]",
+                                 "i=choice(p,q)", "i=7"])
+    assert space == {"a": FloatDistribution(0.0, 1.0), "b": IntDistribution(1, 3),
+                     "c": FloatDistribution(0.001, 1.0, log=True), "d": CategoricalDistribution(["x", "y", 3]),
+                     "e": IntDistribution(1, 4), "f": IntDistribution(2, 8, step=3)}  # range: stop excluded
+    assert fixed == ("g=5", "+h=[1,2]", "i=7")  # the last override of a key wins
+    with pytest.raises(ValueError, match="interval"):
+        search_space(["a=glob(*)"])
+    with pytest.raises(ValueError, match="direction"):
+        OptunaSweeper(direction="up")
+
+
+APP = '''
+import math
+
+import hydra
+
+
+@hydra.main(version_base="1.3", config_path=".", config_name="config")
+def main(cfg):
+    if cfg.y == "c":
+        raise RuntimeError("this job fails")
+    if cfg.x == 0:
+        return math.nan
+    value = -((cfg.x - 3) ** 2) - (cfg.y == "a")  # best: x=3, y=b, value 0
+    return (value, -cfg.x) if cfg.two else value
+
+
+main()
+'''
+
+
+def sweep_app(tmp_path: Path, *overrides: str) -> dict:
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "config.yaml").write_text("x: 1\ny: a\ntwo: false\n")
+    done = subprocess.run([sys.executable, "app.py", "-m", "hydra/sweeper=specsparse_optuna", "hydra.sweeper.seed=0",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}", "x=int(interval(0,6))", *overrides],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+
+
+def test_a_seeded_sweep_finds_the_known_optimum_past_failed_jobs(tmp_path):
+    results = sweep_app(tmp_path, "y=choice(a,b,c)", "hydra.sweeper.n_trials=30", "hydra.sweeper.n_jobs=2")
+    assert results["best_params"] == {"x": 3, "y": "b"} and results["best_value"] == 0
+    trials = results["trials"]
+    assert len(trials) == 30 and all(0 <= t["params"]["x"] <= 6 for t in trials)
+    failed = [t for t in trials if t["params"]["y"] == "c" or t["params"]["x"] == 0]  # raised, or returned NaN
+    assert failed and all(t["failed"] and t["values"] is None for t in failed)
+    assert any("RuntimeError: this job fails" in t["failed"] for t in failed)
+    assert all(t["failed"] is None and len(t["values"]) == 1 for t in trials if t not in failed)
+    assert sum(t["params"] == {"x": 3, "y": "b"} for t in trials[-10:]) >= 3  # TPE stays near the optimum
+
+
+def test_a_multi_objective_sweep_keeps_the_pareto_front(tmp_path):
+    results = sweep_app(tmp_path, "y=choice(a,b)", "two=true", "hydra.sweeper.direction=[maximize,maximize]",
+                        "hydra.sweeper.n_trials=6")
+    front = results["pareto_front"]
+    assert front and all(len(t["values"]) == 2 for t in front)
+
+
+def test_run_py_sweeps_with_optuna(tmp_path):
+    """Two real jobs on the tiny model: each trial's value is its job's objective in summary.json, the
+    best is the larger, and the jobs log the logger logger=auto chose (wandb here: the tests install it)."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+         "model=tiny", "domain=qa", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=2",
+         "progress=false", "tss.max_depth=choice(1,2)", f"paths.outputs={out}", f"hydra.sweep.dir={out / 'sweep'}"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = yaml.safe_load((out / "sweep" / "optimization_results.yaml").read_text())
+    values = []
+    for trial in results["trials"]:
+        [job] = (out / "sweep").glob(f"{trial['number']}_qa_bfs")
+        summary = json.loads((job / "summary.json").read_text())
+        assert trial["failed"] is None and trial["values"] == [objective_value("measured_speedup_test_vs_plain", summary)]
+        assert "logger: wandb (offline)" in (job / "run.log").read_text()
+        values.append(trial["values"][0])
+    assert len(values) == 2 and results["best_value"] == max(values) > 0
+
+
+def test_a_failed_job_is_a_failed_trial_and_the_sweep_exits_2(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "model=tiny",
+         "domain.name=choice(poetry)", f"paths.outputs={out}", f"hydra.sweep.dir={out / 'sweep'}"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 2 and "error: domain.name" in done.stderr, done.stderr[-3000:]
+    results = yaml.safe_load((out / "sweep" / "optimization_results.yaml").read_text())
+    [trial] = results["trials"]
+    assert trial["values"] is None and "nan" in trial["failed"] and "best_value" not in results

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: PLC0415
 
     from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
-    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for  # noqa: PLC0415
+    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator  # noqa: PLC0415
     from specsparse.study.runners.local import LocalRunner  # noqa: PLC0415
     from specsparse.study.runners.ray import RayRunner  # noqa: PLC0415
     from specsparse.types import GenerationConfig  # noqa: PLC0415
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = candidates(num_layers, args.measurements)
 
     local = LocalRunner(progress=False)
-    evaluator = evaluator_for(spec)  # load outside the timing, as the Ray workers' load is reported apart
+    evaluator = Evaluator(spec)  # load outside the timing, as the Ray workers' load is reported apart
     default_threads = torch.get_num_threads()
     local_s: dict[str, float] = {}
     for threads in args.local_threads:

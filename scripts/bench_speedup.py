@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 from specsparse.data import build_messages
 from specsparse.decoding.generation import generate_text
 from specsparse.jobs.config import build_plan
-from specsparse.measuring.evaluation import evaluator_for
+from specsparse.measuring.evaluation import Evaluator
 from specsparse.measuring.timing import time_runners
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         for drafter in args.drafters.split(","):
             spec = evaluation_spec(args.model, domain, drafter, args.override, output.parent)
             for path in PATHS:
-                evaluator = evaluator_for(replace(spec, forward_path=path))
+                evaluator = Evaluator(replace(spec, forward_path=path))
                 examples = evaluator.examples[: args.prompts]
                 if not any(label == f"plain {path}" for label, _ in runners):
                     runners.append((f"plain {path}", runner(evaluator, None)))

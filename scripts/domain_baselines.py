@@ -17,7 +17,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from specsparse.drafters import DRAFTERS
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
 from specsparse.study.driver import measure_through_store
 from specsparse.study.runners.local import measure_in_passes
 from specsparse.study.store import ResultsStore
@@ -51,7 +51,7 @@ def main() -> None:
                 split=args.split,
                 generation=GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=5),
             )
-            evaluator = evaluator_for(spec)
+            evaluator = Evaluator(spec)
             start = time.perf_counter()
             description = evaluator.describe()
             (m,) = measure_through_store([Candidate()], lambda todo, on_measured, e=evaluator: measure_in_passes(e, todo, None, on_measured),

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from specsparse.decoding.drafter import Drafter
 from specsparse.jobs.config import GROUPS, ConfigError, JobPlan, build_plan
-from specsparse.measuring.evaluation import evaluator_for
+from specsparse.measuring.evaluation import Evaluator
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.study.runners.local import LocalRunner
@@ -96,14 +96,14 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "search":
         cls = plan.search.cls
         assert issubclass(cls, (LayerSkipSearch, TPEVocabSearch))
-        strategy = plan.search.build(evaluator=evaluator_for(plan.evaluation))  # built as a job builds it
+        strategy = plan.search.build(evaluator=Evaluator(plan.evaluation))  # built as a job builds it
         assert Candidate() in strategy.ask()  # proposes the dense baseline first
     elif group == "runner":
         assert hasattr(plan.runner.cls, "evaluate_batch")
         if option == "local":
             runner = plan.runner.build()
             assert isinstance(runner, LocalRunner)
-            [dense] = runner.evaluate_batch(evaluator_for(plan.evaluation), [Candidate()])
+            [dense] = runner.evaluate_batch(Evaluator(plan.evaluation), [Candidate()])
             assert dense.new_tokens > 0 and len(dense.per_prompt) == plan.data["n_calibration"]
     elif group == "logger":
         if option == "none":

@@ -19,8 +19,7 @@ from omegaconf import OmegaConf
 
 from specsparse.jobs.config import ConfigError, build_plan
 from specsparse.jobs.job import run_job
-from specsparse.jobs.reproduce import cost_profiles
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
 from specsparse.measuring.profile import (
     ATTEMPTS,
     DraftCost,
@@ -291,7 +290,7 @@ def test_a_pinned_profile_reaches_the_evaluation_spec_but_not_its_store_keys(tmp
     config = composed(["model=tiny", "logger=none", "domain.limit=10", "cost.profile=ok.json"])
     plan = build_plan(config, output_dir=tmp_path / "job", cwd=tmp_path)
     assert plan.evaluation.cost_profile == str(tmp_path / "ok.json")
-    assert evaluator_for(plan.evaluation).describe() == evaluator_for(replace(plan.evaluation, cost_profile=None)).describe()
+    assert Evaluator(plan.evaluation).describe() == Evaluator(replace(plan.evaluation, cost_profile=None)).describe()
 
 
 def test_a_pinned_profile_of_another_model_is_refused_when_it_loads(tiny, models, tmp_path):
@@ -333,7 +332,7 @@ def test_store_hits_are_priced_by_the_pinned_profile_and_recorded(tmp_path):
     """A pinned profile twice as slow as the one that priced the stored measurements: a rerun is
     served from the same store keys and every cost doubles; the record names the pinned file."""
     store_path, first = first_job(tmp_path)
-    measured_with = evaluator_for(TINY_SPEC).profile
+    measured_with = Evaluator(TINY_SPEC).profile
     pinned = tmp_path / "slow.json"
     pinned.write_text(replace(
         measured_with, single=tuple(2 * v for v in measured_with.single), verify=tuple(2 * v for v in measured_with.verify),
@@ -346,7 +345,7 @@ def test_store_hits_are_priced_by_the_pinned_profile_and_recorded(tmp_path):
     assert again.search_result.n_measured == 0
     for (c, m), (c0, m0) in zip(again.search_result.history, first.search_result.history):
         assert c == c0 and m.modeled_cost == pytest.approx(2 * m0.modeled_cost)
-    [record] = cost_profiles(runner, spec)
+    [record] = again.cost_profiles
     assert record["path"] == str(pinned) and record["sha256"] == file_sha256(pinned) and record["checks_passed"]
-    assert record == profile_record(evaluator_for(spec).profile)
+    assert record == profile_record(Evaluator(spec).profile)
     assert json.loads(json.dumps(record)) == record

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from specsparse.jobs.job import run_job
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, evaluator_for
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.runners.ray import RayResourceError, RayRunner, stop_orphaned_local_rays
@@ -86,8 +86,8 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
 
         # Measurements come back in candidate order (duplicates included) and are reported one by one.
         batch = [Candidate((2,)), Candidate(), Candidate((2,))]
-        out = runner.evaluate_batch(evaluator_for(SPEC), batch, on_measured=lambda c, m: reported.append(c))
-        expected = LocalRunner(progress=False).evaluate_batch(evaluator_for(SPEC), batch)
+        out = runner.evaluate_batch(Evaluator(SPEC), batch, on_measured=lambda c, m: reported.append(c))
+        expected = LocalRunner(progress=False).evaluate_batch(Evaluator(SPEC), batch)
         assert [(m.accept_length, m.metric) for m in out] == [(m.accept_length, m.metric) for m in expected]
         assert sorted(reported, key=lambda c: c.skip_layers) == [Candidate(), Candidate((2,))]
 

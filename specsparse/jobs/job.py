@@ -7,9 +7,9 @@ the held-out test split, and write the domain config map, the measured configura
 
 A finished job is a `JobResult` (specsparse.jobs.result); `specsparse.jobs.outputs` writes it.
 
-The runner measures (`specsparse.study.runners`); the search driver serves and stores measurements
-through the results store; everything is written from this process, so results do not depend on
-which runner measured them.
+`run_job` is the recipe; a `specsparse.study.Study` does the measuring (store keys, pricing, an
+Evaluator per split), the runner measures (`specsparse.study.runners`), and everything is written
+from this process, so results do not depend on which runner measured them.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.result import JobResult
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
-from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, evaluator_for
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
 from specsparse.search.rule import TSSRule
-from specsparse.study.driver import OnTold, measure_through_store, run_search
+from specsparse.study.driver import OnTold
 from specsparse.study.runners import Runner
 from specsparse.study.store import ResultsStore
-from specsparse.types import Candidate, Component, Measurement
+from specsparse.study.study import Study
+from specsparse.types import Candidate, Component
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
 log = logging.getLogger(__name__)
@@ -54,76 +55,47 @@ def run_job(
     """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`.
     vocab_comparison (search=tpe_vocab): then the vocabulary paper's comparison on the test split."""
     start = time.perf_counter()
-    calibration = evaluator_for(spec.with_split("calibration"))
+    study = Study(spec, runner, store, progress, on_told)
+    calibration = study.evaluator("calibration")
     try:
         strategy = search.build(evaluator=calibration)
     except (TypeError, ValueError) as err:  # option values only a model and its data can check
         raise ConfigError(f"search {search.name}: {first_line(err)}") from None
-
-    def evaluate_batch(candidates: list[Candidate], on_measured) -> list[Measurement]:
-        return runner.evaluate_batch(calibration, candidates, strategy.feasibility_thresholds(), on_measured)
-
-    description = calibration.describe()
-    result = run_search(
-        strategy,
-        evaluate_batch,
-        budget=max_measurements,
-        store=store,
-        key_fn=lambda c: calibration.key(c, strategy.feasibility_thresholds()),
-        meta_fn=lambda c: {**description, "search": search.name},
-        progress=progress,
-        on_told=on_told,
-        price=lambda c, m: runner.price(calibration, c, m),  # store hits, as the runner prices
-    )
+    result = study.search(strategy, max_measurements)
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
+        test = study.evaluator("test")
         if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
-            compared, timing = compare_vocabularies(spec, calibration, strategy, vocab_comparison, timing_prompts,
+            compared, timing = compare_vocabularies(calibration, test, strategy, vocab_comparison, timing_prompts,
                                                     progress)
-        test_dense, test_selected, timing = evaluate_on_test(spec, calibration, result, runner, store, progress,
-                                                             timing_prompts, timing)
+        test_dense, test_selected = study.measure([result.baseline, result.selected], "test")
+        timing = timing or time_on_test(test, calibration, result, timing_prompts, progress)
         if result.info.get("draws"):  # random search is reported as the mean over its draws too
-            draws_test = measure_on_test(spec, [Candidate(tuple(d)) for d in result.info["draws"]], runner, store)
-    job = JobResult(spec.domain.name, result, test_dense, test_selected, Path(output_dir),
-                    time.perf_counter() - start, calibration.target.num_layers, description, timing,
-                    getattr(strategy, "rule", TSSRule()).eps_metric, calibration.domain.metric, strategy.quality_guard(),
-                    draws_test, compared)
-    test_examples = evaluator_for(spec.with_split("test")).examples if evaluate_test else ()
-    write_job_outputs(job, calibration, test_examples)
+            draws_test = study.measure([Candidate(tuple(d)) for d in result.info["draws"]], "test")
+    job = JobResult(
+        domain=spec.domain.name, search_result=result, test_dense=test_dense, test_selected=test_selected,
+        output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=calibration.target.num_layers,
+        description=calibration.describe(), timing=timing, eps_metric=getattr(strategy, "rule", TSSRule()).eps_metric,
+        metric=calibration.domain.metric, guard=strategy.quality_guard(), draws_test=draws_test,
+        vocab_comparison=compared, cost_profiles=cost_profiles(runner, calibration),
+    )
+    write_job_outputs(job, calibration, study.evaluator("test").examples if evaluate_test else ())
     return job
 
 
-def evaluate_on_test(
-    spec: EvaluationSpec, calibration: Evaluator, result: SearchResult, runner: Runner, store: ResultsStore,
-    progress: bool = True, timing_prompts: int | None = 24, timing: SideBySide | None = None,
-) -> tuple[Measurement, Measurement, SideBySide]:
-    """Dense and selected measured on the test split (through the store), and plain decoding, dense
-    and selected timed side by side on its first `timing_prompts` prompts (None: all), unless
-    `timing` already holds them."""
-    test = evaluator_for(spec.with_split("test"))
-    dense, selected = measure_on_test(spec, [result.baseline, result.selected], runner, store)
-    if timing is not None:
-        return dense, selected, timing
-    # Plain decoding (the dense target, no drafter) runs beside the speculative configurations, so a
-    # setup slower than not speculating cannot hide. A trimmed drafter keeps its calibration vocabulary.
+def time_on_test(test: Evaluator, calibration: Evaluator, result: SearchResult, timing_prompts: int | None = 24,
+                 progress: bool = True) -> SideBySide:
+    """Plain decoding, dense and selected timed side by side on the first `timing_prompts` test
+    prompts (None: all). Plain decoding (the dense target, no drafter) runs beside the speculative
+    configurations, so a setup slower than not speculating cannot hide. A trimmed drafter keeps its
+    calibration vocabulary."""
     configurations = [("plain", (), lambda: None)]
     for label, c in (("dense", result.baseline), ("selected", result.selected)):
         if label == "dense" or c != result.baseline:
             configurations.append((label, c.skip_layers, calibration.drafter_factory(c.vocab_size)))
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
-    timing = time_side_by_side(test.target, test.domain, examples, configurations, spec.generation, progress=progress)
-    return dense, selected, timing
-
-
-def measure_on_test(spec: EvaluationSpec, candidates: list[Candidate], runner: Runner,
-                    store: ResultsStore) -> list[Measurement]:
-    """`candidates` measured on the test split, through the store (store hits priced by the runner)."""
-    test = evaluator_for(spec.with_split("test"))
-    description = test.describe()
-    return measure_through_store(
-        candidates, lambda todo, on_measured: runner.evaluate_batch(test, todo, None, on_measured),
-        store, test.key, lambda c: description, price=lambda c, m: runner.price(test, c, m),
-    )
+    return time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
+                             progress=progress)
 
 
 def run_plan(plan: JobPlan) -> JobResult:
@@ -162,7 +134,7 @@ def run_plan(plan: JobPlan) -> JobResult:
         identity = job.description
         record.update(
             model_identity=identity["model_identity"], code_version=identity["code_version"],
-            num_layers=job.num_layers, cost_profile=cost_profiles(runner, plan.evaluation),
+            num_layers=job.num_layers, cost_profile=job.cost_profiles,
         )
         if plan.model.num_layers not in (None, job.num_layers):
             log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",

@@ -37,6 +37,7 @@ class JobResult:
     guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
     draws_test: list[Measurement] | None = None  # random search: every draw on the test split
     vocab_comparison: dict[str, Any] | None = None  # `specsparse.jobs.vocab_comparison.compare_vocabularies`
+    cost_profiles: list[dict[str, Any]] = field(default_factory=list)  # the profiles that priced the search
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on

@@ -34,7 +34,7 @@ from specsparse.util import atomic_write_text, content_hash
 
 if TYPE_CHECKING:
     from specsparse.decoding.drafter import Drafter
-    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+    from specsparse.measuring.evaluation import Evaluator
     from specsparse.measuring.timing import SideBySide
     from specsparse.search.tpe_vocab import TPEVocabSearch
 
@@ -77,15 +77,14 @@ class VocabComparisonSpec:
 
 
 def compare_vocabularies(
-    spec: EvaluationSpec, calibration: Evaluator, strategy: TPEVocabSearch, options: VocabComparisonSpec,
+    calibration: Evaluator, test: Evaluator, strategy: TPEVocabSearch, options: VocabComparisonSpec,
     timing_prompts: int | None, progress: bool = True,
 ) -> tuple[dict[str, Any], SideBySide]:
-    """The comparison (JSON-able: rows, the trained heads' training records, the stability of k), and
-    the job's own side-by-side timing (plain, dense, selected) taken from the same runs."""
-    from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
+    """The comparison on the `test` split (JSON-able: rows, the trained heads' training records, the
+    stability of k), and the job's own side-by-side timing (plain, dense, selected) taken from the
+    same runs."""
     from specsparse.measuring.timing import time_side_by_side  # noqa: PLC0415
 
-    test = evaluator_for(spec.with_split("test"))
     skip = strategy.baseline.skip_layers
     vocab_size = calibration.target.model.config.vocab_size
     chosen = strategy.optimise().chosen.k
@@ -104,7 +103,7 @@ def compare_vocabularies(
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
     timing = time_side_by_side(test.target, test.domain, examples, [(label, () if method == "plain" else skip,
                                                                       factories[label]) for label, method, _ in rows],
-                               spec.generation, progress=progress)
+                               test.spec.generation, progress=progress)
     generated = [token for reply in timing.outputs[0] for token in reply]  # the target's own replies
     table = []
     for index, (label, method, k) in enumerate(rows):

@@ -1,9 +1,10 @@
 """An evaluation is a pure function of (model, drafter, domain split, candidate, generation settings).
 
 `EvaluationSpec` holds all of it as plain data (picklable, hashable into a store key); `Evaluator`
-turns it into objects once (model loaded once per process and kept, so Ray workers do not reload),
-measures candidates and prices them (`Evaluator.price`, the one place a measurement meets the cost
-profile). Both runners measure through `specsparse.study.runners.local.measure_in_passes`.
+turns it into objects once (the model is loaded once per process, `load_model_cached`), measures
+candidates on one split and prices them (`Evaluator.price`, the one place a measurement meets the
+cost profile). Whoever measures holds its Evaluators: a job's `specsparse.study.Study`, a Ray
+worker; both runners measure through `specsparse.study.runners.local.measure_in_passes`.
 """
 
 from __future__ import annotations
@@ -107,10 +108,14 @@ def code_version() -> str:
 
 
 class Evaluator:
-    """Measures candidates for one EvaluationSpec."""
+    """Measures candidates for one EvaluationSpec. `calibration`: the Evaluator of the spec's
+    calibration split, whose vocabulary a trimmed head keeps on every split (made when needed)."""
 
-    def __init__(self, spec: EvaluationSpec):
+    def __init__(self, spec: EvaluationSpec, calibration: Evaluator | None = None):
+        if calibration is not None and calibration.spec != spec.with_split("calibration"):
+            raise ValueError("calibration: the Evaluator of this spec's calibration split")
         self.spec = spec
+        self._calibration = calibration
         self.target = load_model_cached(spec.model, spec.dtype, spec.device, spec.forward_path)
         self.domain = get_domain(spec.domain.name)
         self.examples = spec.domain.load(spec.split)
@@ -230,7 +235,7 @@ class Evaluator:
         *calibration* split whatever this evaluator's split: the vocabulary is chosen there, and the
         test split measures exactly those ids. No text of the test split enters (`specsparse.data.corpus`)."""
         if self.spec.split != "calibration":
-            return evaluator_for(self.spec.with_split("calibration")).corpus_token_ids
+            return self.calibration.corpus_token_ids
         texts: list[str] = []
         for entry in self.spec.vocab_corpus:
             if entry == "dense_outputs":
@@ -245,6 +250,15 @@ class Evaluator:
                 texts += load_responses(entry)
         tokenizer = self.target.tokenizer
         return [tokenizer(text, add_special_tokens=False).input_ids for text in texts]
+
+    @property
+    def calibration(self) -> Evaluator:
+        """The Evaluator of this spec's calibration split (this one on that split)."""
+        if self.spec.split == "calibration":
+            return self
+        if self._calibration is None:
+            self._calibration = Evaluator(self.spec.with_split("calibration"))
+        return self._calibration
 
     @functools.cached_property
     def token_counts(self) -> dict[int, int]:
@@ -270,17 +284,20 @@ class Evaluator:
         return coverage, latency_reduction
 
 
-_EVALUATORS: dict[str, Evaluator] = {}
+class Evaluators:
+    """Evaluators by spec, each made once and kept by whoever measures (a job's Study, a Ray worker),
+    so the model loads once and every greedy generation serves every later candidate; one of a
+    split other than calibration shares the calibration split's Evaluator (its vocabulary)."""
 
+    def __init__(self) -> None:
+        self._made: dict[str, Evaluator] = {}
 
-def evaluator_for(spec: EvaluationSpec) -> Evaluator:
-    """The process's one Evaluator for `spec`, so the model loads once and every greedy generation
-    serves every later candidate: in a job, its modules and the Evaluators of the other split share it
-    (the job hands it to its runner); on a Ray worker, every trial and batch the worker measures."""
-    key = content_hash(asdict(spec))
-    if key not in _EVALUATORS:
-        _EVALUATORS[key] = Evaluator(spec)
-    return _EVALUATORS[key]
+    def __call__(self, spec: EvaluationSpec) -> Evaluator:
+        key = content_hash(asdict(spec))
+        if key not in self._made:
+            calibration = None if spec.split == "calibration" else self(spec.with_split("calibration"))
+            self._made[key] = Evaluator(spec, calibration)
+        return self._made[key]
 
 
 def auto_batch_size(target: LoadedModel, generation: GenerationConfig, longest_prompt: int = 1024) -> int:

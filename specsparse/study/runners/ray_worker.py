@@ -53,14 +53,17 @@ def candidate_from_dict(data: dict[str, Any]) -> Candidate:
 
 # -- the worker actor ------------------------------------------------------------------------------
 class EvaluationWorker:
-    """Holds the loaded model (the worker process's Evaluator per spec, `evaluator_for`, kept across
-    trials and batches); measures one candidate per call."""
+    """Holds the loaded model (an Evaluator per spec, kept across trials and batches); measures one
+    candidate per call."""
 
     def __init__(self, threads: int = 1):
         import torch  # noqa: PLC0415
 
+        from specsparse.measuring.evaluation import Evaluators  # noqa: PLC0415
+
         torch.set_num_threads(max(1, threads))
         self.profiles: dict[str, dict[str, Any]] = {}  # records of the cost profiles it priced with
+        self.evaluators = Evaluators()
 
     def ready(self) -> int:
         return os.getpid()
@@ -70,20 +73,24 @@ class EvaluationWorker:
         from specsparse.study.runners.local import measure_in_passes  # noqa: PLC0415
 
         threshold = None if thresholds is None else tuple(thresholds)
-        evaluator = _evaluator_for(spec, cost_profile_text)
+        evaluator = self._evaluator(spec, cost_profile_text)
         [measurement] = measure_in_passes(evaluator, [candidate_from_dict(candidate)], threshold, progress=False)
         self._record_profile(evaluator)
         return {"measurement": measurement_to_dict(measurement), "pid": os.getpid()}
 
     def price(self, spec: dict[str, Any], candidate: dict[str, Any], measurement: dict[str, Any],
               cost_profile_text: str | None = None) -> dict[str, Any]:
-        evaluator = _evaluator_for(spec, cost_profile_text)
+        evaluator = self._evaluator(spec, cost_profile_text)
         priced = evaluator.price(candidate_from_dict(candidate), measurement_from_dict(measurement))
         self._record_profile(evaluator)
         return measurement_to_dict(priced)
 
     def profile_records(self) -> list[dict[str, Any]]:
         return list(self.profiles.values())
+
+    def _evaluator(self, spec: dict[str, Any], cost_profile_text: str | None) -> Evaluator:
+        """This worker's Evaluator for `spec` (made once), its pinned cost profile a file of this machine."""
+        return self.evaluators(_local_profile(spec_from_dict(spec), cost_profile_text))
 
     def _record_profile(self, evaluator: Evaluator) -> None:
         """Keep a record of the profile `evaluator` just priced with (after pricing: pricing a new
@@ -92,14 +99,6 @@ class EvaluationWorker:
 
         record = profile_record(evaluator.profile)
         self.profiles[json.dumps(record, sort_keys=True)] = record
-
-
-def _evaluator_for(spec: dict[str, Any], cost_profile_text: str | None) -> Evaluator:
-    """This process's Evaluator for `spec` (kept for the worker's life: `evaluator_for`), its pinned
-    cost profile a file of this machine."""
-    from specsparse.measuring.evaluation import evaluator_for  # noqa: PLC0415
-
-    return evaluator_for(_local_profile(spec_from_dict(spec), cost_profile_text))
 
 
 def _local_profile(spec: EvaluationSpec, text: str | None) -> EvaluationSpec:

@@ -1,0 +1,65 @@
+"""The Study: a job's search and measurements through one object, equal to the driver handed the
+same keys, descriptions and pricing by hand (so stores written before it serve it, row for row)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, Evaluators
+from specsparse.search.bfs import BFSSearch
+from specsparse.search.rule import TSSRule
+from specsparse.study.driver import measure_through_store, run_search
+from specsparse.study.runners.local import LocalRunner
+from specsparse.study.store import ResultsStore
+from specsparse.study.study import Study
+from specsparse.types import Component, GenerationConfig
+
+SPEC = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.samd.SuffixAutomatonDrafter",
+                                                      {"corpus": ["builtin:qa"], "recycling_fallback": False}),
+                      domain=DomainSpec("qa", limit=12), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
+RULE = TSSRule(max_depth=2, max_pool=2, feasibility="point", guard="task")
+
+
+def stored(store: ResultsStore) -> list[tuple]:
+    return [(key, meta, measurement) for key, meta, measurement, _ in store._iter_raw()]
+
+
+def test_a_study_searches_and_measures_as_the_driver_by_hand(tmp_path):
+    runner = LocalRunner(progress=False)
+    by_hand = ResultsStore(tmp_path / "by_hand.sqlite")
+    calibration, test = Evaluator(SPEC), Evaluator(SPEC.with_split("test"))
+    strategy = BFSSearch.from_evaluator(calibration, rule=RULE)
+    thresholds = strategy.feasibility_thresholds()
+    description = {**calibration.describe(), "search": strategy.name}
+    expected = run_search(
+        strategy, lambda todo, on_measured: runner.evaluate_batch(calibration, todo, thresholds, on_measured),
+        store=by_hand, key_fn=lambda c: calibration.key(c, thresholds), meta_fn=lambda c: description,
+        progress=False, price=lambda c, m: runner.price(calibration, c, m))
+    expected_test = measure_through_store(
+        [expected.baseline, expected.selected], lambda todo, on_measured: runner.evaluate_batch(test, todo, None, on_measured),
+        by_hand, test.key, lambda c: test.describe(), price=lambda c, m: runner.price(test, c, m))
+
+    study = Study(SPEC, runner, ResultsStore(tmp_path / "study.sqlite"), progress=False)
+    result = study.search(BFSSearch.from_evaluator(study.evaluator("calibration"), rule=RULE))
+    measured = study.measure([result.baseline, result.selected], "test")
+    assert [(c, replace(m, wall_time_s=0)) for c, m in result.history] == [
+        (c, replace(m, wall_time_s=0)) for c, m in expected.history]
+    assert (result.selected, measured[1].accept_length) == (expected.selected, expected_test[1].accept_length)
+    assert [row[:2] for row in stored(study.store)] == [row[:2] for row in stored(by_hand)]  # same keys and metadata
+
+    again = Study(SPEC, runner, ResultsStore(tmp_path / "by_hand.sqlite"), progress=False)  # a store written before
+    served = again.search(BFSSearch.from_evaluator(again.evaluator("calibration"), rule=RULE))
+    assert served.n_measured == 0 and served.n_cache_hits == len(expected.history)
+    assert served.selected == expected.selected
+
+
+def test_evaluators_are_made_once_and_other_splits_share_the_calibration_vocabulary():
+    evaluators = Evaluators()
+    calibration = evaluators(SPEC)
+    test = evaluators(SPEC.with_split("test"))
+    assert evaluators(SPEC) is calibration and test.calibration is calibration and calibration.calibration is calibration
+    assert [ex.id for ex in test.examples] != [ex.id for ex in calibration.examples]
+    with pytest.raises(ValueError, match="calibration split"):
+        Evaluator(SPEC.with_split("test"), calibration=test)

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from specsparse.decoding.drafter import Drafter
 from specsparse.jobs.config import GROUPS, ConfigError, JobPlan, build_plan
-from specsparse.measuring.evaluation import Evaluator
+from specsparse.measuring.evaluation import DomainSpec, Evaluator
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.study.runners.local import LocalRunner
@@ -237,6 +237,44 @@ def test_bad_values_raise_one_line_config_errors(overrides, needle, tmp_path):
         plan_for(["model=tiny", *overrides], tmp_path)
     message = str(info.value)
     assert needle in message and "\n" not in message
+
+
+class HeldOutDrafter(Drafter):
+    """A drafter the package does not know: its job check refuses a job that measures `forbidden`."""
+
+    name = "held_out"
+    jobs: list = []  # the PlannedJob of every check
+
+    def __init__(self, forbidden: str = ""):
+        self.forbidden = forbidden
+
+    @classmethod
+    def check_job(cls, options, job):
+        cls.jobs.append(job)
+        if options.get("forbidden") in job.measured_ids:
+            raise ValueError(f"drafter {cls.name} must not be built from {options['forbidden']}, a prompt this job measures")
+
+
+def test_a_drafter_checks_itself_against_the_job_it_is_in(tmp_path):
+    """build_plan calls any drafter class's `check_job` with the job around it (its domain's measured
+    ids, the model, the search), though jobs/config names no drafter class; a refusal is one line."""
+    config = composed(["model=tiny", "domain=qa", "domain.limit=10"])
+    config["drafter"] = {"_target_": f"{__name__}.HeldOutDrafter", "forbidden": "math-001"}
+    HeldOutDrafter.jobs.clear()
+    plan = build_plan(config, output_dir=tmp_path / "job", cwd=tmp_path)
+    assert plan.evaluation.drafter.cls is HeldOutDrafter
+    (job,) = HeldOutDrafter.jobs
+    assert (job.domain, job.domain_limit, job.model_source, job.search) == ("qa", 10, "tiny", "bfs")
+    assert not job.trims_vocabulary and not job.train_at_k and job.vocab_corpus == plan.evaluation.vocab_corpus
+    assert job.measured_ids == {ex.id for ex in DomainSpec("qa", limit=10).load("all")}
+    forbidden = sorted(job.measured_ids)[0]
+    config["drafter"]["forbidden"] = forbidden
+    with pytest.raises(ConfigError) as info:
+        build_plan(config, output_dir=tmp_path / "job", cwd=tmp_path)
+    assert str(info.value) == f"drafter held_out must not be built from {forbidden}, a prompt this job measures"
+    # What the job's vocabulary options ask of a drafter are class queries too: this one knows no training replies.
+    with pytest.raises(ConfigError, match="vocab_corpus drafter_responses: drafter held_out has no training replies"):
+        build_plan({**config, "vocab_corpus": ["drafter_responses"]}, output_dir=tmp_path / "job", cwd=tmp_path)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU")

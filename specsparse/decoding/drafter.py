@@ -19,12 +19,17 @@ measurement that calls it first is a pure function of its inputs.
 Replay (`specsparse.measuring.replay`) scores a drafter against the target's known greedy continuation with no
 target forward: it needs drafters whose proposals depend on the committed context only
 (`replayable`). `replay_drafters` may precompute them for a batch (LM drafters do).
+
+A job validates a drafter's options before anything loads: `check_options` sees the option values
+alone, `check_job` sees them with the job around them (`PlannedJob`: its domain, model and search), and
+`knows_training_replies` / `trains_at_k` say what the job's vocabulary options may ask of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -95,6 +100,37 @@ def tree_from_branches(branches: Sequence[Sequence[int]]) -> Proposal:
     return Proposal.tree(tokens, parents)
 
 
+@dataclass(frozen=True)
+class PlannedJob:
+    """The job a drafter's options are validated in (`Drafter.check_job`), as the validation pass knows
+    it before anything loads.
+
+    domain / domain_limit: the domain's name and `domain.limit` (None: all its examples).
+    model_source / num_layers / vocab_size: the target as the config names it; depth and vocabulary
+        size where the config or a local checkpoint tells them, else None.
+    search: the search strategy's name; trims_vocabulary: it picks a trimmed draft vocabulary.
+    vocab_corpus: the entries of the job's `vocab_corpus`.
+    train_at_k: `vocab_comparison.train_at_k` is asked (a head trained at the searched vocabulary).
+    measured_ids: the ids of the examples the job measures (its calibration and test splits), loaded
+        on first use from `examples`; None where they are not known before the job runs (a Hub set).
+    """
+
+    domain: str
+    model_source: str
+    search: str
+    domain_limit: int | None = None
+    num_layers: int | None = None
+    vocab_size: int | None = None
+    trims_vocabulary: bool = False
+    vocab_corpus: tuple[str, ...] = ()
+    train_at_k: bool = False
+    examples: Callable[[], Iterable[str]] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def measured_ids(self) -> frozenset[str] | None:
+        return None if self.examples is None else frozenset(self.examples())
+
+
 class Drafter:
     """Base class; subclasses override what they need."""
 
@@ -134,6 +170,25 @@ class Drafter:
         one; drafters that need the target override this."""
         if cls.from_target.__func__ is Drafter.from_target.__func__:
             cls(**options)
+
+    @classmethod
+    def check_job(cls, options: Mapping[str, Any], job: PlannedJob) -> None:
+        """ValueError (one line, the whole message) for options this drafter refuses in `job`, found
+        without a model: checks that need the job's domain, model or search (a checkpoint trained on
+        the prompts the job measures, a head the search cannot trim). Called after `check_options`,
+        with the options as the job resolved them (paths absolute)."""
+
+    @classmethod
+    def knows_training_replies(cls, options: Mapping[str, Any]) -> bool:
+        """Whether the drafter these options make knows the replies it was trained on (its
+        `training_responses`): what `vocab_corpus` entry drafter_responses reads."""
+        return False
+
+    @classmethod
+    def trains_at_k(cls, options: Mapping[str, Any]) -> bool:
+        """Whether these options hold a training recipe that `vocab_comparison.train_at_k` can rerun
+        at the searched vocabulary."""
+        return False
 
     def head_shape(self) -> tuple[int, int, float]:
         """For drafters with an LM head: (full vocabulary, hidden size, matmul FLOPs per drafted

@@ -14,18 +14,18 @@ first use (eagle_training.py). Proposals are chains, EAGLE-2's dynamic trees (`t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.drafter import Drafter, Proposal
+from specsparse.decoding.drafter import Drafter, PlannedJob, Proposal
 from specsparse.decoding.forward_path import head_rows, is_fast, lm_head, prepack_linears
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import SkipAwareCache
-from specsparse.drafters.eagle_checkpoint import load_eagle_head
+from specsparse.drafters.eagle_checkpoint import load_eagle_head, own_vocabulary, trained_ids
 from specsparse.drafters.eagle_head import EagleHead
 from specsparse.drafters.eagle_recipe import recipe_from_options
 from specsparse.drafters.eagle_training import trained_head
@@ -128,6 +128,40 @@ class EagleDrafter(Drafter):
                       tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> None:
         if train is not None:
             recipe_from_options(train)
+
+    @classmethod
+    def knows_training_replies(cls, options: Mapping[str, Any]) -> bool:
+        """A recipe's head (trained by the job), or a head `specsparse train-drafter` wrote."""
+        path = options.get("path")
+        return bool(options.get("train")) or (isinstance(path, str) and (Path(path) / "responses.jsonl").is_file())
+
+    @classmethod
+    def trains_at_k(cls, options: Mapping[str, Any]) -> bool:
+        return bool(options.get("train"))
+
+    @classmethod
+    def check_job(cls, options: Mapping[str, Any], job: PlannedJob) -> None:
+        """A vocabulary search picks rows of a full-vocabulary head only; a trained head (drafter.path)
+        whose training.json lists built-in example ids it trained on must not have trained on any
+        prompt the job measures (a recipe's head is trained without them)."""
+        train = options.get("train") or {}
+        path = options.get("path")
+        if job.trims_vocabulary and (
+                reason := own_vocabulary("" if train else str(path or ""))
+                or ("heads drafter.train trims (vocab_size / vocab_file)" if train.get("vocab_size") or train.get("vocab_file")
+                    else None)):
+            raise ValueError(f"search {job.search} picks rows of a full-vocabulary EAGLE head's LM head, and "
+                             f"drafter.path={reason}: give such a head (specsparse train-drafter without "
+                             "--vocab-size), or train one at the searched k with --vocab-file")
+        trained = None if train else trained_ids(str(path or ""))
+        if not trained or job.measured_ids is None:  # a Hub set's ids are not built-in ones
+            return
+        if overlap := len(trained & job.measured_ids):
+            limit = "" if job.domain_limit is None else f" --limit {job.domain_limit}"
+            raise ValueError(f"drafter.path={path} was trained on {overlap} of the {len(job.measured_ids)} {job.domain} "
+                             f"prompts this job measures (calibration and test): train a head without them, "
+                             f"`specsparse train-drafter --model {job.model_source} --output NEW_DIR --held-out "
+                             f"{job.domain}{limit}`, or give drafter.train (the job then trains one without them)")
 
     @property
     def training_responses(self) -> Path | None:

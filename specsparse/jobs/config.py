@@ -10,7 +10,9 @@ job settings are checked (with the value checks of `specsparse.jobs.checks`, the
 `build_plan` validates everything it can without loading a model (unknown options, skip sets and
 protected layers against the model's layer count, domains and data files, impossible resources) and
 raises `ConfigError` with a one-line message. Group options name their code with `_target_`
-(public dotpaths, resolved by `specsparse.util.locate`); there is no second registry.
+(public dotpaths, resolved by `specsparse.util.locate`); there is no second registry. Each class checks
+what is its own: a drafter its options (`Drafter.check_options`) and its place in the job
+(`Drafter.check_job`, given a `PlannedJob`), a search what it asks of the drafter (`trims_vocabulary`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
-from specsparse.decoding.drafter import Drafter
-from specsparse.drafters.eagle import EagleDrafter
-from specsparse.drafters.eagle_checkpoint import own_vocabulary, trained_ids
+from specsparse.decoding.drafter import Drafter, PlannedJob
 from specsparse.extras import MissingExtraError, require_installed
 from specsparse.jobs.checks import (
     ConfigError,
@@ -41,12 +41,10 @@ from specsparse.jobs.data_checks import corpus_entries, domain_spec
 from specsparse.jobs.model_checks import ModelInfo, check_layers, cost_profile, model_info
 from specsparse.jobs.result import DENSE_KEPT
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec
+from specsparse.measuring.evaluation import EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
-from specsparse.search.joint_vocab import JointVocabSearch
 from specsparse.search.rule import TSSRule
-from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import Component, GenerationConfig
 from specsparse.util import first_line, is_int, locate
 
@@ -126,10 +124,8 @@ def build_plan(
         vocab_corpus=_vocab_corpus(config.get("vocab_corpus", EvaluationSpec.vocab_corpus), cwd_path),
         cost_profile=cost_profile(config.get("cost") or {}, model, cwd_path),
     )
-    if "drafter_responses" in evaluation.vocab_corpus:
-        _check_drafter_responses(drafter)
-    _check_head_data(drafter, domain, model)
-    vocab_comparison = _vocab_comparison(config.get("vocab_comparison"), search, drafter)
+    vocab_comparison = _vocab_comparison(config.get("vocab_comparison"), search)
+    _check_drafter_in_job(drafter, _planned_job(evaluation, model, search, vocab_comparison))
     paths = config.get("paths") or {}
     store = paths.get("store", "outputs/store.sqlite")
     if not isinstance(store, str) or not store:
@@ -162,37 +158,39 @@ def _drafts_trees(options: Mapping[str, Any]) -> bool:
     return any(options.get(k) for k in ("tree", "tree_choices", "recycling_tree")) or (options.get("branches") or 1) > 1
 
 
-def _check_drafter_responses(drafter: Component) -> None:
-    """vocab_corpus=[drafter_responses] needs a drafter whose training replies are known."""
-    path = drafter.options.get("path")
-    if drafter.cls is EagleDrafter and (drafter.options.get("train")
-                                        or (isinstance(path, str) and (Path(path) / "responses.jsonl").is_file())):
-        return
-    raise ConfigError(f"vocab_corpus drafter_responses: drafter {drafter.name} has no training replies: use "
-                      "drafter=eagle with drafter.train (or drafter.path a head `specsparse train-drafter` wrote)")
+def _planned_job(evaluation: EvaluationSpec, model: ModelInfo, search: Component,
+                 vocab_comparison: VocabComparisonSpec | None) -> PlannedJob:
+    """The job as a drafter's `check_job` sees it; the measured ids (calibration and test) load only
+    if a check asks for them, and are unknown for a Hub set (loading it may need the network)."""
+    domain = evaluation.domain
+    return PlannedJob(
+        domain=domain.name, model_source=model.source, search=search.name, domain_limit=domain.limit,
+        num_layers=model.num_layers, vocab_size=model.vocab_size, trims_vocabulary=search.cls.trims_vocabulary,
+        vocab_corpus=evaluation.vocab_corpus, train_at_k=bool(vocab_comparison and vocab_comparison.train_at_k),
+        examples=None if domain.source == "hf" else lambda: [ex.id for ex in domain.load("all")],
+    )
 
 
-def _check_head_data(drafter: Component, domain: DomainSpec, model: ModelInfo) -> None:
-    """A trained EAGLE head (drafter.path) whose training.json lists built-in example ids it trained on
-    must not have trained on any prompt this job measures: its domain's calibration and test examples."""
-    path = drafter.options.get("path")
-    trained = None if drafter.cls is not EagleDrafter or drafter.options.get("train") else trained_ids(str(path or ""))
-    if not trained or domain.source == "hf":  # a Hub set may need the network; its ids are not built-in ones
-        return
-    measured = {ex.id for ex in domain.load("all")}  # calibration and test together
-    if overlap := len(trained & measured):
-        limit = "" if domain.limit is None else f" --limit {domain.limit}"
-        raise ConfigError(f"drafter.path={path} was trained on {overlap} of the {len(measured)} {domain.name} prompts "
-                          f"this job measures (calibration and test): train a head without them, `specsparse "
-                          f"train-drafter --model {model.source} --output NEW_DIR --held-out {domain.name}{limit}`, "
-                          "or give drafter.train (the job then trains one without them)")
+def _check_drafter_in_job(drafter: Component, job: PlannedJob) -> None:
+    """What the job's vocabulary options ask of the drafter, then the drafter's own `check_job`."""
+    cls, options = drafter.cls, drafter.options
+    if "drafter_responses" in job.vocab_corpus and not cls.knows_training_replies(options):
+        raise ConfigError(f"vocab_corpus drafter_responses: drafter {drafter.name} has no training replies: use "
+                          "drafter=eagle with drafter.train (or drafter.path a head `specsparse train-drafter` wrote)")
+    if job.train_at_k and not cls.trains_at_k(options):
+        raise ConfigError("vocab_comparison.train_at_k trains a head at the searched k with drafter.train's "
+                          "recipe: use drafter=eagle with drafter.train, or vocab_comparison.train_at_k=false")
+    try:
+        cls.check_job(options, job)
+    except ValueError as err:
+        raise ConfigError(first_line(err)) from None
 
 
-def _vocab_comparison(value: Any, search: Component, drafter: Component) -> VocabComparisonSpec | None:
+def _vocab_comparison(value: Any, search: Component) -> VocabComparisonSpec | None:
     """`vocab_comparison`: null, or the options of the vocabulary paper's comparison (search=tpe_vocab only)."""
     if value is None:
         return None
-    if not issubclass(search.cls, TPEVocabSearch):
+    if not search.cls.supports_vocab_comparison:
         raise ConfigError("vocab_comparison compares draft vocabularies that search=tpe_vocab picks: "
                           "use search=tpe_vocab, or vocab_comparison=null")
     if not isinstance(value, Mapping):
@@ -201,9 +199,6 @@ def _vocab_comparison(value: Any, search: Component, drafter: Component) -> Voca
         spec = VocabComparisonSpec.from_options(value)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"vocab_comparison: {first_line(err)}") from None
-    if spec.train_at_k and not (drafter.cls is EagleDrafter and drafter.options.get("train")):
-        raise ConfigError("vocab_comparison.train_at_k trains a head at the searched k with drafter.train's "
-                          "recipe: use drafter=eagle with drafter.train, or vocab_comparison.train_at_k=false")
     return spec
 
 
@@ -311,20 +306,11 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
     budget = options.pop("max_measurements", None)
     if budget is not None and (not is_int(budget) or budget < 1):
         raise ConfigError(f"search.max_measurements must be a positive integer or null, got {budget!r}")
-    trims = issubclass(cls, (TPEVocabSearch, JointVocabSearch))
-    if trims and not drafter.cls.trims_vocabulary:
+    if cls.trims_vocabulary and not drafter.cls.trims_vocabulary:
         raise ConfigError(
             f"search {cls.name} trims the drafter's LM head, and drafter {drafter.name} has none: "
             "use drafter=self_skip, drafter=draft_model or drafter=eagle"
         )
-    train = drafter.options.get("train") or {}
-    if trims and drafter.cls is EagleDrafter and (
-            reason := own_vocabulary("" if train else str(drafter.options.get("path") or ""))
-            or ("heads drafter.train trims (vocab_size / vocab_file)" if train.get("vocab_size") or train.get("vocab_file")
-                else None)):
-        raise ConfigError(f"search {cls.name} picks rows of a full-vocabulary EAGLE head's LM head, and "
-                          f"drafter.path={reason}: give such a head (specsparse train-drafter without "
-                          "--vocab-size), or train one at the searched k with --vocab-file")
     if "skip_layers" in options:
         check_layers(options["skip_layers"], "search.skip_layers", model)
     context = cls.context_arguments

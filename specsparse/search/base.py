@@ -89,6 +89,11 @@ class SearchStrategy(abc.ABC):
     name: ClassVar[str] = "search"
     # Constructor arguments that come from the model and data (`from_evaluator`), not from the config.
     context_arguments: ClassVar[tuple[str, ...]] = ()
+    # Picks a trimmed draft vocabulary (k rows of the drafter's LM head): the drafter needs one
+    # (`Drafter.trims_vocabulary`).
+    trims_vocabulary: ClassVar[bool] = False
+    # Its selection can be compared with other draft vocabularies (the job's `vocab_comparison`).
+    supports_vocab_comparison: ClassVar[bool] = False
 
     @classmethod
     def from_evaluator(cls, evaluator: Any, **options: Any) -> SearchStrategy:

@@ -33,6 +33,7 @@ class JointVocabSearch(BFSSearch):
 
     name = "joint_vocab"
     context_arguments = ("vocab_size", "coverage", "latency_reduction", "draft_share")
+    trims_vocabulary = True
 
     @classmethod
     def from_evaluator(cls, evaluator: Any, **options: Any) -> JointVocabSearch:

@@ -59,6 +59,8 @@ class TPEVocabSearch(SearchStrategy):
 
     name = "tpe_vocab"
     context_arguments = ("vocab_size", "coverage", "latency_reduction")
+    trims_vocabulary = True
+    supports_vocab_comparison = True
 
     @classmethod
     def from_evaluator(cls, evaluator: Any, **options: Any) -> TPEVocabSearch:

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec, evaluator_for
+from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, MeasureSpec
 from specsparse.study.runners.local import configurations_per_pass, measure_in_passes
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
@@ -116,7 +116,7 @@ def test_chunked_and_unchunked_measurement_give_identical_measurements():
                           domain=DomainSpec("translation", limit=28), generation=GenerationConfig(max_new_tokens=24))
     chunked_spec = replace(spec, measure=MeasureSpec(batch_size=6))
     candidates = [Candidate(), *(Candidate((i,)) for i in range(4)), Candidate((0, 2)), Candidate((1, 3))]
-    evaluator = evaluator_for(chunked_spec)
+    evaluator = Evaluator(chunked_spec)
     assert configurations_per_pass(evaluator.batch_size, len(evaluator.examples)) == 1
     evaluator.continuations.clear()
     generated_before = []  # greedy generations done when each measurement was handed over
@@ -126,7 +126,7 @@ def test_chunked_and_unchunked_measurement_give_identical_measurements():
 
     chunked = measure_in_passes(evaluator, candidates, on_measured=on_measured, progress=False)
     assert generated_before == [6 * i for i in range(1, len(candidates) + 1)]  # one pass each, handed over at once
-    whole = evaluator_for(spec)
+    whole = Evaluator(spec)
     assert configurations_per_pass(whole.batch_size, len(whole.examples)) >= len(candidates)
     whole.continuations.clear()
     unchunked = whole.evaluate_many(candidates, progress=False)

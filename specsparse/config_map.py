@@ -93,7 +93,7 @@ class DomainConfig:
 
     @property
     def label(self) -> str:
-        """The pick as results tables name it (skip[3,17], k=4096 for a trimmed head)."""
+        """The pick as results tables name it: dense, skip[3,17], skip[3,17]|vocab=4096 with a trimmed head."""
         return Candidate(self.skip_layers, self.draft_vocab_size).label
 
 

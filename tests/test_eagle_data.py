@@ -18,7 +18,7 @@ from specsparse.cli import main
 from specsparse.decoding.models import LoadedModel, tiny_tokenizer
 from specsparse.drafters import eagle_data
 from specsparse.drafters.eagle_checkpoint import load_eagle_head, official_eagle3_config, save_eagle_head
-from specsparse.drafters.eagle_recipe import TrainingRecipe, builtin_training
+from specsparse.drafters.eagle_recipe import TrainingRecipe, builtin_training, training_domains
 from specsparse.drafters.eagle_training import train_eagle_head
 from specsparse.jobs.config import ConfigError
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
@@ -199,3 +199,13 @@ def test_a_feature_store_reads_back_each_sequence_alone(tmp_path, monkeypatch):
             assert torch.equal(getattr(got, field), getattr(want, field)), field
     assert max(read) == 9 * 6  # one sequence's features at most
     assert eagle_data.data_bytes([5, 9, 3], 6, 3) == sum(p.stat().st_size for p in (tmp_path / "features").iterdir())
+
+
+def test_a_set_held_out_whole_is_not_among_the_domains_a_head_trained_on():
+    """At domain.limit=null a job holds out its whole set: its head is then out of domain for it
+    (the vocabulary table's in_domain), though the recipe names the set."""
+    recipe = TrainingRecipe(domains=("qa", "math"))
+    every_qa = [ex.id for ex in builtin_training(recipe)["qa"]]
+    assert training_domains(recipe) == ["qa", "math"]
+    assert training_domains(recipe.holding_out(every_qa)) == ["math"]
+    assert training_domains(recipe.holding_out(every_qa[:10])) == ["qa", "math"]

@@ -140,5 +140,8 @@ def recipe_from_options(options: dict) -> TrainingRecipe:
 
 
 def training_domains(recipe: TrainingRecipe) -> list[str] | None:
-    """The built-in sets a head's training replies come from (None: a prompt file's, unknown)."""
-    return list(recipe.domains or DOMAINS) if recipe.prompts == "builtin" else None
+    """The built-in sets a head's training replies come from: those with an example left once the
+    held-out ids are out (None: a prompt file's, unknown)."""
+    if recipe.prompts != "builtin":
+        return None
+    return [name for name, examples in builtin_training(recipe).items() if examples]

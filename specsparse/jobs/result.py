@@ -9,6 +9,7 @@ from typing import Any
 
 from specsparse.data.corpus import corpus_domains
 from specsparse.drafters.eagle_recipe import recipe_from_options, training_domains
+from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval
 from specsparse.measuring.intervals import comparison, paired_ratios
@@ -102,7 +103,11 @@ class JobResult:
             return None
         entries = list(self.description.get("vocab_corpus") or ())
         train = (self.description.get("drafter") or {}).get("options", {}).get("train")
-        drafter_domains = None if not train else training_domains(recipe_from_options(train))
+        drafter_domains = None
+        if train:  # the head the job trained held out the prompts it measures (a whole set at domain.limit=null)
+            spec = self.description["domain"]
+            measured = DomainSpec(**{**spec, "exclude_ids": tuple(spec.get("exclude_ids") or ())}).load("all")
+            drafter_domains = training_domains(recipe_from_options(train).holding_out(ex.id for ex in measured))
         domains = corpus_domains(entries, self.domain, drafter_domains)
         return {"entries": entries, "domains": None if domains is None else sorted(domains),
                 "in_domain": None if domains is None else self.domain in domains}

@@ -32,7 +32,7 @@ from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import load_model
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter
 from specsparse.drafters.eagle import EagleDrafter
-from specsparse.drafters.eagle_checkpoint import trained_ids
+from specsparse.drafters.eagle.checkpoint import trained_ids
 from specsparse.types import GenerationConfig
 
 SPEC_BENCH_DOMAINS = ("translation", "summarization", "qa", "math", "rag", "mt_bench")

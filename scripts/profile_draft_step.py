@@ -26,7 +26,7 @@ import torch
 from specsparse.decoding.models import load_model
 from specsparse.decoding.session import ModelSession
 from specsparse.drafters.eagle import EagleDrafter
-from specsparse.drafters.eagle_head import EagleHead, eagle3_feature_layers, head_config
+from specsparse.drafters.eagle.head import EagleHead, eagle3_feature_layers, head_config
 
 MATRIX_PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm"}
 

@@ -77,8 +77,8 @@ def _companions(group: str, option: str) -> list[str]:
 def test_every_group_option_validates(group, option, tmp_path, tiny):
     overrides = [f"{group}={option}", "model=tiny" if group != "model" else "", *_companions(group, option)]
     if (group, option) == ("drafter", "eagle"):  # a checkpoint for the tiny model
-        from specsparse.drafters.eagle_checkpoint import save_eagle_head
-        from specsparse.drafters.eagle_head import EagleHead, head_config
+        from specsparse.drafters.eagle.checkpoint import save_eagle_head
+        from specsparse.drafters.eagle.head import EagleHead, head_config
 
         save_eagle_head(EagleHead(head_config(tiny.model.config)), tmp_path / "eagle")
         overrides.append(f"drafter.path={tmp_path / 'eagle'}")

@@ -313,8 +313,8 @@ def test_a_map_made_for_another_model_is_refused_unless_forced(tiny):
 def test_cli_generate_with_an_eagle_head(map_file, capsys, tmp_path):
     from specsparse.cli import main
     from specsparse.decoding.models import tiny_model
-    from specsparse.drafters.eagle_checkpoint import save_eagle_head
-    from specsparse.drafters.eagle_head import EagleHead, head_config
+    from specsparse.drafters.eagle.checkpoint import save_eagle_head
+    from specsparse.drafters.eagle.head import EagleHead, head_config
 
     save_eagle_head(EagleHead(head_config(tiny_model().model.config)), tmp_path / "eagle")
     args = ["generate", "--config-map", str(map_file), "--model", "tiny", "--max-new-tokens", "6", "--domain", "math"]

@@ -16,10 +16,10 @@ from specsparse.decoding.models import tiny_model
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import FINAL_HIDDEN
 from specsparse.drafters.eagle import EagleDrafter
-from specsparse.drafters.eagle_checkpoint import load_eagle_head, save_eagle_head
-from specsparse.drafters.eagle_head import EagleHead, EagleLoadError, eagle3_feature_layers
-from specsparse.drafters.eagle_recipe import TrainingRecipe
-from specsparse.drafters.eagle_training import train_eagle_head
+from specsparse.drafters.eagle.checkpoint import load_eagle_head, save_eagle_head
+from specsparse.drafters.eagle.head import EagleHead, EagleLoadError, eagle3_feature_layers
+from specsparse.drafters.eagle.recipe import TrainingRecipe
+from specsparse.drafters.eagle.training import train_eagle_head
 from specsparse.types import GenerationConfig
 
 HIDDEN = 48
@@ -80,7 +80,7 @@ def test_a_saved_head_loads_back_identically(models, tmp_path, layout, trimmed):
 def test_a_head_with_its_own_vocabulary_is_refused_by_the_vocabulary_search_before_loading(models, tmp_path):
     from test_app import plan_for
 
-    from specsparse.drafters.eagle_checkpoint import own_vocabulary
+    from specsparse.drafters.eagle.checkpoint import own_vocabulary
     from specsparse.jobs.config import ConfigError
 
     for layout, trimmed, refused in (("eagle", False, None), ("eagle", True, "trimmed"), ("eagle3", False, None),
@@ -292,7 +292,7 @@ def test_replay_equals_the_engine_step_for_step(models, trained, tree, skip, k, 
 # -- training -----------------------------------------------------------------------------------
 def test_an_interrupted_training_resumes_to_the_same_head(models, tmp_path, monkeypatch):
     from specsparse.decoding.models import LoadedModel, tiny_tokenizer
-    from specsparse.drafters import eagle_training
+    from specsparse.drafters.eagle import training as eagle_training
 
     target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
     prompts = tmp_path / "prompts.jsonl"
@@ -419,7 +419,7 @@ def test_a_missing_checkpoint_with_a_recipe_is_trained_once(models, tmp_path, mo
     """drafter=eagle with `train`: the first build trains a head under path, keyed by target and recipe;
     later builds load it; another recipe trains another head beside it."""
     from specsparse.decoding.models import LoadedModel, tiny_tokenizer
-    from specsparse.drafters import eagle_training
+    from specsparse.drafters.eagle import training as eagle_training
 
     target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
     prompts = tmp_path / "prompts.jsonl"
@@ -439,7 +439,7 @@ def test_heads_trained_on_the_same_replies_generate_them_once(models, tmp_path, 
     """The full head and a head trained at k (another recipe, same replies) share the generated data:
     the second training generates nothing, also for a recipe whose fields JSON turns into lists."""
     from specsparse.decoding.models import LoadedModel, tiny_tokenizer
-    from specsparse.drafters import eagle_training
+    from specsparse.drafters.eagle import training as eagle_training
 
     target = LoadedModel(models[0], tiny_tokenizer(), {"name": "tiny-test"})
     recipe = {"prompts": "builtin", "domains": ["qa"], "prompts_per_set": 10, "max_new_tokens": 6, "epochs": 1}
@@ -526,7 +526,7 @@ def test_training_time_test_equals_drafting_along_the_real_continuation(models, 
     the head cache, then s drafted steps fed the real next tokens, each reading the last output."""
     from specsparse.decoding.session import ModelSession
     from specsparse.decoding.skipping import SkipAwareCache
-    from specsparse.drafters.eagle_training import ttt_outputs
+    from specsparse.drafters.eagle.training import ttt_outputs
 
     target = models[0]
     head = random_head(target, "eagle3", seed=seed % 7)
@@ -558,7 +558,7 @@ def test_eagle_on_the_embedded_model_is_lossless(smollm, layout):
     """SmolLM2-135M float32 with an (untrained) head of each layout: EAGLE-3's fused layers of the
     real 30-layer model under a skip set with layer 0, chains and trees, equal the greedy output."""
     from specsparse.decoding.generation import encode_messages
-    from specsparse.drafters.eagle_head import head_config as target_head_config
+    from specsparse.drafters.eagle.head import head_config as target_head_config
 
     model = smollm.model
     torch.manual_seed(0)

@@ -16,10 +16,10 @@ from test_eagle import random_head
 
 from specsparse.cli import main
 from specsparse.decoding.models import LoadedModel, tiny_tokenizer
-from specsparse.drafters import eagle_data
-from specsparse.drafters.eagle_checkpoint import load_eagle_head, official_eagle3_config, save_eagle_head
-from specsparse.drafters.eagle_recipe import TrainingRecipe, builtin_training, training_domains
-from specsparse.drafters.eagle_training import train_eagle_head
+from specsparse.drafters.eagle import data as eagle_data
+from specsparse.drafters.eagle.checkpoint import load_eagle_head, official_eagle3_config, save_eagle_head
+from specsparse.drafters.eagle.recipe import TrainingRecipe, builtin_training, training_domains
+from specsparse.drafters.eagle.training import train_eagle_head
 from specsparse.jobs.config import ConfigError
 from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
 from specsparse.types import Component

@@ -36,7 +36,7 @@ def add_export_command(subparsers: argparse._SubParsersAction) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     from specsparse.config_map import ConfigMapError, load_config_map  # noqa: PLC0415
-    from specsparse.drafters.eagle_recipe import read_vocab_file  # noqa: PLC0415
+    from specsparse.drafters.eagle.recipe import read_vocab_file  # noqa: PLC0415
 
     if args.eagle_head:
         return export_eagle_head(args)
@@ -73,7 +73,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def export_eagle_head(args: argparse.Namespace) -> int:
     """--eagle-head DIR --output FOLDER: the checkpoint in the official EAGLE-3 layout."""
-    from specsparse.drafters.eagle_checkpoint import official_eagle3_config  # noqa: PLC0415
+    from specsparse.drafters.eagle.checkpoint import official_eagle3_config  # noqa: PLC0415
 
     if not args.output or args.token_map or args.domain:
         return fail("--eagle-head writes a checkpoint folder: give --output DIR (not --token-map or --domain)")

@@ -9,7 +9,7 @@ from pathlib import Path
 from specsparse.cli.common import add_forward_path_option, fail, forward_path_problem, missing_model, set_threads
 from specsparse.data import DOMAINS, load_examples
 from specsparse.decoding.models import ModelLoadError
-from specsparse.drafters.eagle_recipe import TrainingRecipe
+from specsparse.drafters.eagle.recipe import TrainingRecipe
 from specsparse.util import first_line
 
 
@@ -18,7 +18,7 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
         "train-drafter",
         help="train an EAGLE head for a target by self-distillation (drafter=eagle drafter.path=DIR)",
         description="Generates the target's greedy replies to training prompts, then trains a one-layer EAGLE "
-                    "head on its features (smooth-L1 + 0.1 x cross-entropy); see specsparse/drafters/eagle_training.py. "
+                    "head on its features (smooth-L1 + 0.1 x cross-entropy); see specsparse/drafters/eagle/training.py. "
                     "Started again on the same DIR, an interrupted run resumes.",
     )
     defaults = TrainingRecipe()
@@ -65,7 +65,7 @@ def add_train_drafter_command(subparsers: argparse._SubParsersAction) -> None:
 
 def run_train_drafter(args: argparse.Namespace) -> int:
     from specsparse.decoding.models import load_model  # noqa: PLC0415
-    from specsparse.drafters.eagle_training import train_eagle_head  # noqa: PLC0415
+    from specsparse.drafters.eagle.training import train_eagle_head  # noqa: PLC0415
 
     if (code := set_threads(args.threads)) is not None:
         return code

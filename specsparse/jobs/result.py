@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.data.corpus import corpus_domains
-from specsparse.drafters.eagle_recipe import recipe_from_options, training_domains
+from specsparse.drafters.eagle.recipe import recipe_from_options, training_domains
 from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval

@@ -1,5 +1,5 @@
 """What decides a trained EAGLE head (`TrainingRecipe`), checked before any work: a job's
-`drafter.train` options and `specsparse train-drafter`'s flags both become one (training: eagle_training.py).
+`drafter.train` options and `specsparse train-drafter`'s flags both become one (training: training.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class TrainingRecipe:
     ttt_steps: int = 3  # eagle3: steps of training-time test, the head fed its own outputs (EAGLE-3: 7)
     seed: int = 0
     # Host memory for the target's features and distributions (MB): more data than this waits on disk,
-    # beside the head, and is read a batch at a time (`eagle_data.py`). Same head either way: not in its key.
+    # beside the head, and is read a batch at a time (`data.py`). Same head either way: not in its key.
     feature_memory_mb: float = 2048
 
     def identity(self) -> dict:

@@ -17,7 +17,7 @@ Deviations, for a few hundred prompts instead of ShareGPT's 68k conversations on
 kept as its top-32 (computed once, not every epoch; the tail's mass is dropped from the
 cross-entropy); 10% of the sequences held out to report the head's top-1 agreement with the target
 each epoch. The features and distributions wait in host memory up to `feature_memory_mb`, on disk
-beyond it (eagle_data.py).
+beyond it (data.py).
 
 The output directory holds the checkpoint (`model.safetensors`, `config.json`: `drafter=eagle
 drafter.path=DIR`), the generated data (`data.json`; heads a job's `drafter.train` recipe trains keep
@@ -53,10 +53,10 @@ from specsparse.decoding.forward_path import linear_map
 from specsparse.decoding.generation import encode_messages
 from specsparse.decoding.models import LoadedModel
 from specsparse.decoding.skipping import FINAL_HIDDEN
-from specsparse.drafters.eagle_checkpoint import save_eagle_head
-from specsparse.drafters.eagle_data import DistillationSequence, data_bytes, distillation_data
-from specsparse.drafters.eagle_head import EagleHead, eagle3_feature_layers, head_config
-from specsparse.drafters.eagle_recipe import TrainingRecipe, builtin_training, read_vocab_file
+from specsparse.drafters.eagle.checkpoint import save_eagle_head
+from specsparse.drafters.eagle.data import DistillationSequence, data_bytes, distillation_data
+from specsparse.drafters.eagle.head import EagleHead, eagle3_feature_layers, head_config
+from specsparse.drafters.eagle.recipe import TrainingRecipe, builtin_training, read_vocab_file
 from specsparse.types import GenerationConfig
 from specsparse.util import atomic_write_text, content_hash, file_sha256
 

@@ -1,4 +1,4 @@
-"""What an EAGLE head trains on (eagle_training.py): per training sequence, the dense target's features
+"""What an EAGLE head trains on (training.py): per training sequence, the dense target's features
 and its next-token distributions, computed once per run (`distillation_data`).
 
 They stay in host memory when they fit the recipe's `feature_memory_mb`; beyond it they are written to

@@ -13,7 +13,7 @@ import torch
 from transformers import LlamaConfig
 
 from specsparse.decoding.skipping import FINAL_HIDDEN
-from specsparse.drafters.eagle_head import EagleHead, EagleLoadError, eagle3_feature_layers
+from specsparse.drafters.eagle.head import EagleHead, EagleLoadError, eagle3_feature_layers
 from specsparse.util import atomic_write_text
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

@@ -1,5 +1,5 @@
 """The EAGLE head: one decoder layer that predicts the target's feature of the next token from the
-target's feature of the current one and the next token's embedding (drafting with it: eagle.py).
+target's feature of the current one and the next token's embedding (drafting with it: drafter.py).
 
 Two layouts:
 - "eagle" (EAGLE-1 / EAGLE-2): features are the target's final-norm hidden states; fc maps

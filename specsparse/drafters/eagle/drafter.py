@@ -1,4 +1,4 @@
-"""EAGLE drafters: a one-layer head (eagle_head.py) that drafts from the target's own hidden states (features).
+"""EAGLE drafters: a one-layer head (head.py) that drafts from the target's own hidden states (features).
 
 At context position j the head reads the target's feature f_j of token x_j and the embedding of the
 next token x_{j+1}, and predicts the feature of x_{j+1}; the LM head turns a predicted feature into
@@ -7,8 +7,8 @@ verification the drafts' head states are dropped and the head reads the target's
 the accepted tokens, so its cache always holds (target feature, token) pairs of the committed context.
 With target-side skipping the features are those of the sparse target (the session records them).
 
-Checkpoints are read by eagle_checkpoint.py; a drafter given a training recipe trains its head on
-first use (eagle_training.py). Proposals are chains, EAGLE-2's dynamic trees (`tree`) or static trees
+Checkpoints are read by checkpoint.py; a drafter given a training recipe trains its head on
+first use (training.py). Proposals are chains, EAGLE-2's dynamic trees (`tree`) or static trees
 (`tree_choices`); see `EagleDrafter`.
 """
 
@@ -25,10 +25,10 @@ from specsparse.decoding.drafter import Drafter, PlannedJob, Proposal
 from specsparse.decoding.forward_path import head_rows, is_fast, lm_head, prepack_linears
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import SkipAwareCache
-from specsparse.drafters.eagle_checkpoint import load_eagle_head, own_vocabulary, trained_ids
-from specsparse.drafters.eagle_head import EagleHead
-from specsparse.drafters.eagle_recipe import recipe_from_options
-from specsparse.drafters.eagle_training import trained_head
+from specsparse.drafters.eagle.checkpoint import load_eagle_head, own_vocabulary, trained_ids
+from specsparse.drafters.eagle.head import EagleHead
+from specsparse.drafters.eagle.recipe import recipe_from_options
+from specsparse.drafters.eagle.training import trained_head
 from specsparse.util import checkpoint_sha256
 
 

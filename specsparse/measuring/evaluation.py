@@ -181,7 +181,8 @@ class Evaluator:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
         drafter = self.spec.drafter
-        context = {name: self.measured_ids for name in drafter.cls.job_context}  # "exclude_ids", the one key
+        provided = {"exclude_ids": self.measured_ids}  # what a drafter may ask of the job (`Drafter.job_context`)
+        context = {name: provided[name] for name in drafter.cls.job_context}
         return lambda: drafter.build(target=self.target, vocab_ids=vocab_ids, **context)
 
     @functools.cached_property

@@ -99,10 +99,16 @@ class CostProfile:
         return json.dumps({k: v for k, v in asdict(self).items() if k != "path"}, indent=2)
 
 
+# Config fields that say where a model was loaded from or what wrote its config, not what it computes: a
+# profile pinned on one machine prices the same model converted into another cache folder.
+NOT_ARCHITECTURE = ("_name_or_path", "transformers_version")
+
+
 def model_identity(model: PreTrainedModel) -> dict:
-    """What the timing of a forward depends on (not the weights' values)."""
+    """What the timing of a forward depends on (not the weights' values, nor where they were loaded from)."""
+    config = {k: v for k, v in model.config.to_dict().items() if k not in NOT_ARCHITECTURE}
     return {
-        "architecture": content_hash(model.config.to_dict()),
+        "architecture": content_hash(config),
         "dtype": str(model.dtype),
         "device": str(model.device),
         "forward_path": forward_path_of(model),

@@ -16,7 +16,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
+from specsparse.data import get_domain
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.measuring.intervals import accept_interval, paired_ratios
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -51,7 +52,7 @@ def main() -> None:
 
     def measured(domain: str, drafter: Component, generation: GenerationConfig):
         spec = EvaluationSpec(model=args.model, drafter=drafter, split="test", generation=generation,
-                              domain=DomainSpec(domain, args.source, args.path, limit=args.limit))
+                              domain=get_domain(domain, source=args.source, path=args.path, limit=args.limit))
         return Evaluator(spec).evaluate_many([Candidate()], progress=False)[0]
 
     print("| domain | drafter | prompts | accept length [95% CI] | vs first [95% CI] | replies = greedy | s |")

@@ -52,13 +52,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch  # noqa: PLC0415
 
+    from specsparse.data import get_domain  # noqa: PLC0415
     from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
-    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator  # noqa: PLC0415
+    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator  # noqa: PLC0415
     from specsparse.study.runners.local import LocalRunner  # noqa: PLC0415
     from specsparse.study.runners.ray import RayRunner  # noqa: PLC0415
     from specsparse.types import GenerationConfig  # noqa: PLC0415
 
-    spec = EvaluationSpec(model=args.model, domain=DomainSpec(args.domain, limit=args.limit),
+    spec = EvaluationSpec(model=args.model, domain=get_domain(args.domain, limit=args.limit),
                           generation=GenerationConfig(max_new_tokens=args.max_new_tokens))
     num_layers = load_model_cached(spec.model, spec.dtype, spec.device).num_layers
     batch = candidates(num_layers, args.measurements)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from specsparse.data import get_domain
 from specsparse.drafters import DRAFTERS
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.study.driver import measure_through_store
 from specsparse.study.runners.local import measure_in_passes
 from specsparse.study.store import ResultsStore
@@ -47,7 +48,7 @@ def main() -> None:
             spec = EvaluationSpec(
                 model=args.model,
                 drafter=Component(DRAFTERS[drafter]),
-                domain=DomainSpec(domain, args.source, args.path, limit=args.limit),
+                domain=get_domain(domain, source=args.source, path=args.path, limit=args.limit),
                 split=args.split,
                 generation=GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=5),
             )

@@ -12,9 +12,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from specsparse.data import get_domain
 from specsparse.decoding.drafter import Drafter
 from specsparse.jobs.config import GROUPS, ConfigError, JobPlan, build_plan
-from specsparse.measuring.evaluation import DomainSpec, Evaluator
+from specsparse.measuring.evaluation import Evaluator
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.study.runners.local import LocalRunner
@@ -24,11 +25,12 @@ pytestmark = pytest.mark.usefixtures("embedded_models_installed")  # configs, no
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+SEARCH_PATH = (CONF, ROOT / "specsparse" / "data" / "conf")  # conf/config.yaml's hydra.searchpath adds the domains
 HAS_CUDA = __import__("torch").cuda.is_available()
 
 
 def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    return sorted(p.stem for conf in SEARCH_PATH for p in (conf / group).glob("*.yaml"))
 
 
 def composed(overrides: list[str] = ()) -> dict:
@@ -205,6 +207,10 @@ BAD = [
     (["domain.source=nowhere"], "domain.source"),
     (["domain.source=gsm8k", "domain=math", "domain.path=/no/such/file.jsonl"], "domain.path"),
     (["domain.limit=1"], "domain.limit"),
+    (["domain.metric=bleu4"], "metric 'bleu4' is unknown"),
+    (["domain.answer_format=letter"], "answer_format"),
+    (["domain.turn_template=Question"], "turn_template"),
+    (["+domain.prompt_field=q"], "domain.prompt_field is not a domain setting"),
     (["+search.max_width=3"], "max_width"),
     (["search=tpe_vocab"], "self_skip"),
     (["model.dtype=float8"], "model.dtype"),
@@ -239,6 +245,23 @@ def test_bad_values_raise_one_line_config_errors(overrides, needle, tmp_path):
     assert needle in message and "\n" not in message
 
 
+def test_a_domain_of_your_own_is_one_file(tmp_path):
+    """A YAML with a domain's fields, on Hydra's search path, is a domain: its prompts load, split and
+    measure, under its own template and metric."""
+    prompts = tmp_path / "limericks.jsonl"
+    prompts.write_text("".join(f'{{"q": "Rhyme {i} with cat.", "a": "hat"}}\n' for i in range(10)))
+    definition = dict(get_domain("rag").__dict__, name="poetry", turn_template="Poem: {turn}", source="jsonl",
+                      path=str(prompts), options={"prompt_field": "q", "reference_field": "a"}, exclude_ids=[])
+    (tmp_path / "conf" / "domain").mkdir(parents=True)
+    (tmp_path / "conf" / "domain" / "poetry.yaml").write_text(OmegaConf.to_yaml(definition))
+    plan = plan_for(["model=tiny", "domain=poetry", f"hydra.searchpath=[pkg://specsparse.data.conf,file://{tmp_path / 'conf'}]"],
+                    tmp_path)
+    assert plan.evaluation.domain.name == "poetry" and plan.evaluation.domain.metric == "answer_in_list"
+    assert (plan.data["n_calibration"], plan.data["n_test"]) == (2, 8)
+    [dense] = LocalRunner().evaluate_batch(Evaluator(plan.evaluation), [Candidate()])
+    assert len(dense.per_prompt) == 2 and dense.metric is not None
+
+
 class HeldOutDrafter(Drafter):
     """A drafter the package does not know: its job check refuses a job that measures `forbidden`."""
 
@@ -266,7 +289,7 @@ def test_a_drafter_checks_itself_against_the_job_it_is_in(tmp_path):
     (job,) = HeldOutDrafter.jobs
     assert (job.domain, job.domain_limit, job.model_source, job.search) == ("qa", 10, "tiny", "bfs")
     assert not job.trims_vocabulary and not job.train_at_k and job.vocab_corpus == plan.evaluation.vocab_corpus
-    assert job.measured_ids == {ex.id for ex in DomainSpec("qa", limit=10).load("all")}
+    assert job.measured_ids == {ex.id for ex in get_domain("qa", limit=10).load("all")}
     forbidden = sorted(job.measured_ids)[0]
     config["drafter"]["forbidden"] = forbidden
     with pytest.raises(ConfigError) as info:

@@ -145,13 +145,14 @@ def test_prompt_too_long(tiny, map_file):
 # -- the drafter the search measured ---------------------------------------------------------------
 def test_serving_builds_the_drafter_a_job_measured(tmp_path):
     """A job's config map records its drafter's class and options; serving builds exactly that drafter."""
+    from specsparse.data import get_domain
     from specsparse.jobs.job import run_job
-    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec
+    from specsparse.measuring.evaluation import EvaluationSpec
     from specsparse.study.runners.local import LocalRunner
     from specsparse.study.store import ResultsStore
 
     pld = Component(DRAFTERS["pld"], {"max_ngram_size": 2, "min_ngram_size": 2})  # not its defaults
-    spec = EvaluationSpec(model="tiny", drafter=pld, domain=DomainSpec("translation", limit=6),
+    spec = EvaluationSpec(model="tiny", drafter=pld, domain=get_domain("translation", limit=6),
                           generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
     search = Component("specsparse.search.bfs.BFSSearch")
     with ResultsStore(tmp_path / "store.sqlite") as store:

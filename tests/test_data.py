@@ -9,15 +9,18 @@ import json
 import random
 import re
 from collections import Counter
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsparse.data import (
     DOMAINS,
     SPEC_BENCH_CATEGORIES,
+    Domain,
     Example,
     build_messages,
     get_domain,
@@ -26,6 +29,7 @@ from specsparse.data import (
     split_examples,
     split_unit,
 )
+from specsparse.data.domain import DEFINITIONS
 from specsparse.metrics.text import extract_number
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -52,6 +56,25 @@ def test_get_domain_and_one_line_error():
     assert get_domain("math").turn_template == "{turn}"  # the registry is unchanged
     with pytest.raises(ValueError, match="turn_template"):
         get_domain("qa", turn_template="no placeholder")
+
+
+def test_each_domain_is_one_file_that_holds_every_field():
+    """The file Hydra's `domain` group selects is the whole definition: every field is there to override,
+    and the registry is those files as read."""
+    files = sorted(DEFINITIONS.glob("*.yaml"))
+    assert [f.stem for f in files] == sorted(DOMAINS)
+    for file in files:
+        definition = yaml.safe_load(file.read_text())
+        assert list(definition) == [f.name for f in fields(Domain)], file.name
+        assert Domain(**definition) == DOMAINS[file.stem]
+
+
+def test_a_domain_record_reads_back_as_the_domain_it_was():
+    domain = get_domain("qa", limit=12, split_seed=3, exclude_ids=["qa-001"], turn_template="Q: {turn}")
+    assert Domain.from_record(json.loads(json.dumps(asdict(domain)))) == domain
+    older = {"name": "qa", "source": "builtin", "path": None, "options": {}, "limit": 12,  # before the metric was recorded
+             "calibration_fraction": 0.2, "split_seed": 0, "exclude_ids": []}
+    assert Domain.from_record(older) == get_domain("qa", limit=12)
 
 
 def test_extract_answer_per_domain():

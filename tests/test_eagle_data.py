@@ -15,13 +15,14 @@ from test_app import plan_for
 from test_eagle import random_head
 
 from specsparse.cli import main
+from specsparse.data import get_domain
 from specsparse.decoding.models import LoadedModel, tiny_tokenizer
 from specsparse.drafters.eagle import data as eagle_data
 from specsparse.drafters.eagle.checkpoint import load_eagle_head, official_eagle3_config, save_eagle_head
 from specsparse.drafters.eagle.recipe import TrainingRecipe, builtin_training, training_domains
 from specsparse.drafters.eagle.training import train_eagle_head
 from specsparse.jobs.config import ConfigError
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.types import Component
 
 pytestmark = pytest.mark.usefixtures("embedded_models_installed")
@@ -32,7 +33,7 @@ TINY_RECIPE = {"prompts": "builtin", "domains": ["qa"], "prompts_per_set": 6, "m
 
 def qa_ids(limit: int) -> set[str]:
     """The ids a job on qa at domain.limit=limit measures: its calibration and test splits."""
-    spec = DomainSpec("qa", limit=limit)
+    spec = get_domain("qa", limit=limit)
     return {ex.id for split in ("calibration", "test") for ex in spec.load(split)}
 
 
@@ -41,7 +42,7 @@ def test_a_head_a_job_trains_never_sees_the_jobs_calibration_or_test_examples(tm
     """drafter=eagle with drafter.train in a job on qa (domain.limit=10): the job gives the head its
     domain's calibration and test ids, and the head trains on other qa examples only."""
     spec = EvaluationSpec(model="tiny", drafter=Component(EAGLE, {"path": str(tmp_path / "heads"), "train": TINY_RECIPE}),
-                          domain=DomainSpec("qa", limit=10))
+                          domain=get_domain("qa", limit=10))
     evaluator = Evaluator(spec)
     head = evaluator.drafter_factory(None)().checkpoint
     record = json.loads((head / "training.json").read_text())
@@ -62,7 +63,7 @@ def test_jobs_on_domains_outside_the_recipes_sets_share_one_head():
     """Held-out ids are kept only where the recipe's sets have them: a job on math holds out nothing
     from a qa-only recipe (the same head as no job), a job on qa holds out exactly its ids."""
     recipe = TrainingRecipe(domains=("qa",), prompts_per_set=5)
-    math_ids = {ex.id for ex in DomainSpec("math", limit=20).load("all")}
+    math_ids = {ex.id for ex in get_domain("math", limit=20).load("all")}
     assert recipe.holding_out(math_ids) == recipe
     held = recipe.holding_out(math_ids | qa_ids(8))
     assert set(held.held_out_ids) == qa_ids(8)

@@ -11,7 +11,7 @@ from specsparse.data import build_messages, get_domain, load_examples
 from specsparse.data.corpus import builtin_responses
 from specsparse.decoding.generation import generate_text
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, MeasureSpec
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, MeasureSpec
 from specsparse.measuring.measure import EarlyReject, layer_flops_fraction, measure
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -74,7 +74,7 @@ def spec():
     return EvaluationSpec(
         model="tiny",
         drafter=Component("specsparse.drafters.self_skip.SelfSkipDrafter", {"skip_layers": [1, 2]}),
-        domain=DomainSpec("qa", limit=10),
+        domain=get_domain("qa", limit=10),
         generation=CONFIG,
     )
 
@@ -125,26 +125,26 @@ def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec, co
     original, rewritten = tmp_path / "original.jsonl", tmp_path / "rewritten.jsonl"
     original.write_text("".join(json.dumps(r) + "\n" for r in records))
     options = {"id_field": "id"}
-    calibration = Evaluator(replace(spec, domain=DomainSpec("qa", "jsonl", str(original), options=options)))
+    calibration = Evaluator(replace(spec, domain=get_domain("qa", source="jsonl", path=str(original), options=options)))
     calibration_ids = {ex.id for ex in calibration.examples}
     rows = [r if r["id"] in calibration_ids else {**r, "prompt": "Repeat: zebra zebra zebra", "reference": "zebra quantum " * 20}
             for r in records]
     rewritten.write_text("".join(json.dumps(r) + "\n" for r in rows))
     vocabularies = []
     for path in (original, rewritten):
-        domain = DomainSpec("qa", "jsonl", str(path), options=options)
+        domain = get_domain("qa", source="jsonl", path=str(path), options=options)
         for split in ("calibration", "test"):
             vocabularies.append(Evaluator(replace(spec, domain=domain, split=split)).vocab_ids(12))
     assert all(ids == vocabularies[0] for ids in vocabularies)
     # ...and the rewritten test references would have changed it, had the test split been counted.
-    test_texts = Evaluator(replace(spec, domain=DomainSpec("qa", "jsonl", str(rewritten), options=options), split="test"))
+    test_texts = Evaluator(replace(spec, domain=get_domain("qa", source="jsonl", path=str(rewritten), options=options), split="test"))
     assert any("zebra" in ref for ex in test_texts.examples for ref in ex.references)
 
 
 def test_builtin_corpus_leaves_out_the_jobs_test_split(spec):
     """On a built-in domain, "builtin" counts every other set, and this set's calibration examples only."""
-    evaluator = Evaluator(replace(spec, domain=DomainSpec("qa"), vocab_corpus=("builtin",)))
-    test = DomainSpec("qa").load("test")
+    evaluator = Evaluator(replace(spec, domain=get_domain("qa"), vocab_corpus=("builtin",)))
+    test = get_domain("qa").load("test")
     texts = Counter(builtin_responses("builtin", exclude_ids=[ex.id for ex in test]))
     # exactly the test split's references are gone (other sets may share a short answer such as "100")
     assert Counter(builtin_responses("builtin")) - Counter(ex.references[0] for ex in test) == texts
@@ -211,7 +211,7 @@ def test_nothing_a_drafter_learns_before_a_search_comes_from_the_prompts_a_job_m
     real_warm_table = recycling.warm_table
     monkeypatch.setattr(recycling, "warm_table",
                         lambda model, sequences, top_k: warmed.extend(sequences) or real_warm_table(model, sequences, top_k))
-    domain = DomainSpec("translation", limit=20)
+    domain = get_domain("translation", limit=20)
     evaluator = Evaluator(EvaluationSpec(model="tiny", drafter=drafter, domain=domain, generation=CONFIG))
     built = evaluator.drafter_factory(None)()
     tokenizer = evaluator.target.tokenizer

@@ -17,9 +17,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from specsparse.data import get_domain
 from specsparse.jobs.config import ConfigError, build_plan
 from specsparse.jobs.job import run_job
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.measuring.profile import (
     ATTEMPTS,
     DraftCost,
@@ -52,7 +53,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 PROFILE = CostProfile(identity={"test": 1}, num_layers=10, vocab_size=100, single=(0.004, 0.001),
                       verify=(0.010, 0.002, 0.001, 0.0005), head_per_row=1e-6)
 TINY_SPEC = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
-                           domain=DomainSpec("translation", limit=15),
+                           domain=get_domain("translation", limit=15),
                            generation=GenerationConfig(max_new_tokens=16, num_draft_tokens=3))
 BFS = Component("specsparse.search.bfs.BFSSearch",
                 {"rule": TSSRule(max_depth=2, max_pool=3, feasibility="point", guard="task")})

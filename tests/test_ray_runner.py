@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from specsparse.data import get_domain
 from specsparse.jobs.job import run_job
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.runners.ray import RayResourceError, RayRunner, stop_orphaned_local_rays
@@ -31,7 +32,7 @@ from specsparse.types import Candidate, Component, GenerationConfig
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = EvaluationSpec(
     model="tiny",
-    domain=DomainSpec("translation", limit=10),
+    domain=get_domain("translation", limit=10),
     generation=GenerationConfig(max_new_tokens=16),
 )
 SEARCH = Component("specsparse.search.bfs.BFSSearch",
@@ -46,7 +47,7 @@ def ray_token(monkeypatch):
 
 
 def test_spec_round_trips_through_a_plain_dict():
-    spec = EvaluationSpec(domain=DomainSpec("qa", exclude_ids=("a", "b"), options={"x": 1}))
+    spec = EvaluationSpec(domain=get_domain("qa", exclude_ids=("a", "b"), options={"x": 1}))
     assert spec_from_dict(spec_to_dict(spec)) == spec
 
 

@@ -16,7 +16,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, MeasureSpec
+from specsparse.data import get_domain
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, MeasureSpec
 from specsparse.study.runners.local import configurations_per_pass, measure_in_passes
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
@@ -113,7 +114,7 @@ def test_chunked_and_unchunked_measurement_give_identical_measurements():
     """Measured one configuration a pass, each handed over as its pass ends, or all in one pass: the
     same Measurements (timings aside)."""
     spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
-                          domain=DomainSpec("translation", limit=28), generation=GenerationConfig(max_new_tokens=24))
+                          domain=get_domain("translation", limit=28), generation=GenerationConfig(max_new_tokens=24))
     chunked_spec = replace(spec, measure=MeasureSpec(batch_size=6))
     candidates = [Candidate(), *(Candidate((i,)) for i in range(4)), Candidate((0, 2)), Candidate((1, 3))]
     evaluator = Evaluator(chunked_spec)

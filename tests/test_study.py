@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, Evaluator, Evaluators
+from specsparse.data import get_domain
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, Evaluators
 from specsparse.search.bfs import BFSSearch
 from specsparse.search.rule import TSSRule
 from specsparse.study.driver import measure_through_store, run_search
@@ -18,7 +19,7 @@ from specsparse.types import Component, GenerationConfig
 
 SPEC = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.samd.SuffixAutomatonDrafter",
                                                       {"corpus": ["builtin:qa"], "recycling_fallback": False}),
-                      domain=DomainSpec("qa", limit=12), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
+                      domain=get_domain("qa", limit=12), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
 RULE = TSSRule(max_depth=2, max_pool=2, feasibility="point", guard="task")
 
 

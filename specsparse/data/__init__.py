@@ -1,20 +1,9 @@
-"""Task domains, their prompt sets (built-in and loaders for public formats) and splits."""
+"""Task domains (one definition each, specsparse/data/conf/domain/), their prompt sets (built-in and
+loaders for public formats) and splits."""
 
-from specsparse.data.examples import (
-    DOMAINS,
-    Domain,
-    Example,
-    build_messages,
-    format_choice_question,
-    get_domain,
-    mmlu_prompt,
-)
-from specsparse.data.sources import (
-    SOURCES,
-    SPEC_BENCH_CATEGORIES,
-    load_examples,
-    records_to_examples,
-)
+from specsparse.data.domain import DOMAINS, SPLITS, Domain, build_messages, get_domain, load_examples
+from specsparse.data.examples import Example, format_choice_question, mmlu_prompt
+from specsparse.data.sources import SOURCES, SPEC_BENCH_CATEGORIES, records_to_examples
 from specsparse.data.split import overlapping_ids, split_examples, split_unit
 
 __all__ = [
@@ -23,6 +12,7 @@ __all__ = [
     "Example",
     "SOURCES",
     "SPEC_BENCH_CATEGORIES",
+    "SPLITS",
     "build_messages",
     "format_choice_question",
     "get_domain",

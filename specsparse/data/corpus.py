@@ -27,8 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.data.examples import DOMAINS
-from specsparse.data.sources import load_examples
+from specsparse.data.domain import DOMAINS, load_examples
 from specsparse.util import read_jsonl
 
 KEYWORDS = ("dense_outputs", "references", "builtin", "drafter_responses")

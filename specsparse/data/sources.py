@@ -1,4 +1,5 @@
-"""Loaders that turn a data source into `Example`s of one domain.
+"""Loaders that turn a data source into `Example`s of one domain
+(`specsparse.data.domain.load_examples` calls them by name):
 
     load_examples("translation")                                     # built-in set
     load_examples("rag", "spec_bench", path="…/question.jsonl")
@@ -15,16 +16,23 @@ stable across runs: "<domain>-<nnn>" for built-in sets, "spec_bench-<category>-<
 from __future__ import annotations
 
 import csv
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from specsparse.data.examples import Domain, Example, get_domain, mmlu_prompt
+from specsparse.data.examples import Example, mmlu_prompt
 from specsparse.util import read_jsonl
 
-log = logging.getLogger(__name__)
+
+class LoaderDomain(Protocol):
+    """What a loader needs of its `specsparse.data.domain.Domain`: the name, and how a raw input
+    becomes the first user turn."""
+
+    name: str
+
+    def format_input(self, text: str) -> str: ...
+
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 
@@ -68,7 +76,7 @@ def _as_strings(value: Any) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- builtin
 
 
-def load_builtin(domain: Domain, path: str | None = None, subjects: Sequence[str] | None = None, shots: int = 5) -> list[Example]:
+def load_builtin(domain: LoaderDomain, path: str | None = None, subjects: Sequence[str] | None = None, shots: int = 5) -> list[Example]:
     """The small set shipped in specsparse/data/builtin/<domain>.jsonl.
 
     Rows: {"id", "turns", "references"}; mmlu rows are {"id", "subject", "question", "choices",
@@ -105,7 +113,7 @@ def _builtin_mmlu(file: Path, subjects: Sequence[str] | None, shots: int) -> lis
 
 
 def load_spec_bench(
-    domain: Domain, path: str | None = None, categories: Sequence[str] | None = None, references: str | None = None
+    domain: LoaderDomain, path: str | None = None, categories: Sequence[str] | None = None, references: str | None = None
 ) -> list[Example]:
     """Spec-Bench question.jsonl (Xia et al., 2024): the categories of `domain`, or the chosen subset.
 
@@ -180,7 +188,7 @@ def _read_mmlu_csv(path: Path) -> list[tuple[str, list[str], str]]:
         return [(row[0], row[1:5], row[5]) for row in csv.reader(f) if row]
 
 
-def load_mmlu(domain: Domain, path: str | None = None, subjects: Sequence[str] | None = None, split: str = "test", shots: int = 5) -> list[Example]:
+def load_mmlu(domain: LoaderDomain, path: str | None = None, subjects: Sequence[str] | None = None, split: str = "test", shots: int = 5) -> list[Example]:
     """MMLU in its original CSV layout: <path>/dev/<subject>_dev.csv and <path>/<split>/<subject>_<split>.csv,
     no header, columns question,A,B,C,D,answer. Each question becomes the standard `shots`-shot
     prompt built from the subject's dev rows; references are (answer letter, correct option text)."""
@@ -200,7 +208,7 @@ def load_mmlu(domain: Domain, path: str | None = None, subjects: Sequence[str] |
 # --------------------------------------------------------------------------- GSM8K
 
 
-def load_gsm8k(domain: Domain, path: str | None = None) -> list[Example]:
+def load_gsm8k(domain: LoaderDomain, path: str | None = None) -> list[Example]:
     """GSM8K jsonl ({"question", "answer"}; the answer ends in '#### N'). Ids are 'gsm8k-<line>'."""
     if domain.name != "math":
         raise ValueError(f"the gsm8k source serves the math domain, not {domain.name!r}")
@@ -216,7 +224,7 @@ def load_gsm8k(domain: Domain, path: str | None = None) -> list[Example]:
 
 def records_to_examples(
     records: Iterable[dict[str, Any]],
-    domain: Domain,
+    domain: LoaderDomain,
     source: str,
     id_prefix: str,
     prompt_field: str = "prompt",
@@ -245,14 +253,14 @@ def records_to_examples(
     return examples
 
 
-def load_jsonl(domain: Domain, path: str | None = None, **fields: Any) -> list[Example]:
+def load_jsonl(domain: LoaderDomain, path: str | None = None, **fields: Any) -> list[Example]:
     """Any local JSONL file; `fields` as in `records_to_examples` (prompt_field, reference_field, ...)."""
     file = _require_file(path, "JSONL file")
     return records_to_examples(_read_jsonl(file), domain, "jsonl", file.stem, **fields)
 
 
 def load_hf(
-    domain: Domain,
+    domain: LoaderDomain,
     path: str | None = None,
     split: str = "test",
     name: str | None = None,
@@ -279,23 +287,3 @@ SOURCES: dict[str, Callable[..., list[Example]]] = {
     "jsonl": load_jsonl,
     "hf": load_hf,
 }
-
-
-def load_examples(domain: str | Domain, source: str = "builtin", path: str | None = None, limit: int | None = None, **options: Any) -> list[Example]:
-    """Examples of `domain` from `source` ("builtin", "spec_bench", "mmlu", "gsm8k", "jsonl", "hf"),
-    in source order; `limit` keeps the first n. Source-specific `options` go to the loader."""
-    dom = get_domain(domain) if isinstance(domain, str) else domain
-    try:
-        loader = SOURCES[source]
-    except KeyError:
-        raise ValueError(f"unknown source {source!r}; known: {', '.join(SOURCES)}") from None
-    examples = loader(dom, path, **options)
-    if limit is not None:
-        if limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
-        examples = examples[:limit]
-    ids = [ex.id for ex in examples]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{source} gave duplicate example ids for domain {dom.name!r}")
-    log.debug("loaded %d %s examples from %s%s", len(examples), dom.name, source, f" ({path})" if path else "")
-    return examples

@@ -7,25 +7,31 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from specsparse.data import DOMAINS, SOURCES, load_examples
+from specsparse.data import DOMAINS, SOURCES, Domain
 from specsparse.data.corpus import builtin_sets
 from specsparse.jobs.checks import ConfigError, absolute, seed_option
-from specsparse.measuring.evaluation import DomainSpec
 from specsparse.util import first_line
 
 
-def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[DomainSpec, dict[str, Any]]:
-    """The `domain` group as a DomainSpec, and the fingerprint of its splits (`data_fingerprint`; none
-    for a Hub set, which may need the network to load)."""
+def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Domain, dict[str, Any]]:
+    """The `domain` group as a Domain, and the fingerprint of its splits (`data_fingerprint`; none for a
+    Hub set, which may need the network to load)."""
     name = cfg.get("name")
-    if not isinstance(name, str) or name not in DOMAINS:
-        raise ConfigError(f"domain.name={name!r} is unknown: use one of {', '.join(DOMAINS)}")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"domain.name={name!r}: give a domain name, e.g. domain={next(iter(DOMAINS))}")
+    settings = {f.name for f in fields(Domain)}
+    if unknown := sorted(set(cfg) - settings):
+        raise ConfigError(f"domain.{unknown[0]} is not a domain setting: use {', '.join(sorted(settings))}")
     source = cfg.get("source", "builtin")
     if source not in SOURCES:
         raise ConfigError(f"domain.source={source!r} is unknown: use one of {', '.join(SOURCES)}")
+    if source == "builtin" and name not in DOMAINS:
+        raise ConfigError(f"domain.name={name!r} is unknown: the built-in sets are {', '.join(DOMAINS)} "
+                          f"(a domain of your own: conf/domain/{name}.yaml with domain.source=jsonl or hf)")
     path = cfg.get("path")
     if path is not None and source != "hf":
         path = str(absolute(path, cwd))
@@ -37,16 +43,15 @@ def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Dom
     fraction = cfg.get("calibration_fraction", 0.2)
     if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise ConfigError(f"domain.calibration_fraction must be in (0, 1), got {fraction!r}")
-    spec = DomainSpec(
-        name=name,
-        source=source,
-        path=path,
-        options=dict(cfg.get("options") or {}),
-        limit=limit,
-        calibration_fraction=float(fraction),
-        split_seed=seed_option(cfg, "split_seed", "domain.split_seed"),
-        exclude_ids=_exclude_ids(cfg.get("exclude_ids")),
-    )
+    for key in ("input_template", "turn_template"):
+        if key in cfg and not isinstance(cfg[key], str):
+            raise ConfigError(f"domain.{key}={cfg[key]!r} must be a string")
+    try:
+        spec = Domain(**{**cfg, "path": path, "options": dict(cfg.get("options") or {}),
+                         "calibration_fraction": float(fraction), "split_seed": seed_option(cfg, "split_seed", "domain.split_seed"),
+                         "exclude_ids": _exclude_ids(cfg.get("exclude_ids"))})
+    except ValueError as err:
+        raise ConfigError(f"domain {name}: {first_line(err)}") from None
     if source == "hf":  # loading may need the network; the job reports problems when it loads
         return spec, {}
     try:
@@ -59,7 +64,7 @@ def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Dom
             "raise domain.limit or change domain.calibration_fraction"
         )
     if spec.exclude_ids:
-        known = {ex.id for ex in load_examples(name, source, path, limit=limit, **spec.options)}
+        known = {ex.id for ex in spec.examples()}
         unknown = sorted(set(spec.exclude_ids) - known)
         if unknown:
             raise ConfigError(f"domain.exclude_ids names {len(unknown)} id(s) the {source} set does not have, "

@@ -242,7 +242,7 @@ def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
     verdict judged by the speedup's interval ("held" with an interval reaching 1 is inconclusive)."""
     if "metric" in summary or "domain" not in summary:  # this version's, or not a job's summary
         return summary
-    from specsparse.data.examples import DOMAINS  # noqa: PLC0415
+    from specsparse.data import DOMAINS  # noqa: PLC0415
     from specsparse.study.store import EARLIER_NAMES  # noqa: PLC0415
 
     s = {_EARLIER_KEYS.get(k, k): v for k, v in summary.items()}

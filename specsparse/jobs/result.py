@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specsparse.data import Domain
 from specsparse.data.corpus import corpus_domains
 from specsparse.drafters.eagle.recipe import recipe_from_options, training_domains
-from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval
 from specsparse.measuring.intervals import comparison, paired_ratios
@@ -106,7 +106,7 @@ class JobResult:
         drafter_domains = None
         if train:  # the head the job trained held out the prompts it measures (a whole set at domain.limit=null)
             spec = self.description["domain"]
-            measured = DomainSpec(**{**spec, "exclude_ids": tuple(spec.get("exclude_ids") or ())}).load("all")
+            measured = Domain.from_record(spec).load("all")
             drafter_domains = training_domains(recipe_from_options(train).holding_out(ex.id for ex in measured))
         domains = corpus_domains(entries, self.domain, drafter_domains)
         return {"entries": entries, "domains": None if domains is None else sorted(domains),

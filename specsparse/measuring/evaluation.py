@@ -14,14 +14,14 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from specsparse import __version__
-from specsparse.data import Example, get_domain, load_examples, split_examples
+from specsparse.data import Domain, get_domain
 from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import LoadedModel, load_model_cached
@@ -33,32 +33,6 @@ from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import checkpoint_sha256, content_hash, file_sha256
 
 log = logging.getLogger(__name__)
-
-SPLITS = ("calibration", "test", "all")  # "all": every example, unsplit (baselines, reports)
-
-
-@dataclass(frozen=True)
-class DomainSpec:
-    """Where a domain's examples come from and how they are split."""
-
-    name: str
-    source: str = "builtin"
-    path: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    limit: int | None = None
-    calibration_fraction: float = 0.2
-    split_seed: int = 0
-    exclude_ids: tuple[str, ...] = ()
-
-    def load(self, split: str) -> list[Example]:
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}: use one of {SPLITS}")
-        examples = load_examples(self.name, self.source, self.path, limit=self.limit, **self.options)
-        if split == "all":
-            return [ex for ex in examples if ex.id not in set(self.exclude_ids)]
-        calibration, test = split_examples(examples, self.calibration_fraction, self.split_seed, self.exclude_ids)
-        return calibration if split == "calibration" else test
-
 
 @dataclass(frozen=True)
 class MeasureSpec:
@@ -76,7 +50,7 @@ class EvaluationSpec:
     device: str = "cpu"
     forward_path: str = "auto"  # `specsparse.decoding.forward_path`; jobs give the one that runs (eager or fast)
     drafter: Component = Component("specsparse.drafters.samd.SuffixAutomatonDrafter")
-    domain: DomainSpec = DomainSpec("translation")
+    domain: Domain = get_domain("translation")
     split: str = "calibration"
     generation: GenerationConfig = GenerationConfig()
     measure: MeasureSpec = MeasureSpec()
@@ -101,7 +75,7 @@ def code_version() -> str:
     for part in parts:
         path = root / part
         for file in sorted(path.rglob("*") if path.is_dir() else [path]):
-            if file.suffix in (".py", ".jsonl"):
+            if file.suffix in (".py", ".jsonl", ".yaml"):
                 digest.update(file.relative_to(root).as_posix().encode())
                 digest.update(file.read_bytes())
     return digest.hexdigest()[:16]
@@ -117,7 +91,7 @@ class Evaluator:
         self.spec = spec
         self._calibration = calibration
         self.target = load_model_cached(spec.model, spec.dtype, spec.device, spec.forward_path)
-        self.domain = get_domain(spec.domain.name)
+        self.domain = spec.domain
         self.examples = spec.domain.load(spec.split)
         if not self.examples:
             raise ValueError(f"domain {spec.domain.name!r} has no {spec.split} examples: add examples or change the split")

@@ -27,8 +27,8 @@ from typing import Any
 import pandas as pd
 
 from specsparse.config_map import ConfigMap, ConfigMapError, load_config_map, merge_config_maps
+from specsparse.data import Domain
 from specsparse.decoding.models import load_model_cached
-from specsparse.measuring.evaluation import DomainSpec
 from specsparse.measuring.intervals import mean_interval
 from specsparse.reporting.mixed_stream import round_robin, run_mixed_stream
 from specsparse.reporting.records import JobRecord, ReportError, bounded, latest, tss_jobs
@@ -311,7 +311,7 @@ def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy
     for (_, domain), record in sorted(tss_jobs(records, strategy).items()):
         spec = (record.reproduce.get("evaluation_spec") or {}).get("domain")
         if domain in merged.domains and spec:
-            splits[domain] = DomainSpec(**{**spec, "exclude_ids": tuple(spec.get("exclude_ids") or ())}).load("test")
+            splits[domain] = Domain.from_record(spec).load("test")
     return splits
 
 

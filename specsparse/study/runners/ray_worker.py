@@ -15,6 +15,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specsparse.data import Domain
 from specsparse.study.store import measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Component, GenerationConfig
 from specsparse.util import atomic_write_text, content_hash
@@ -29,16 +30,14 @@ def spec_to_dict(spec: EvaluationSpec) -> dict[str, Any]:
 
 
 def spec_from_dict(data: dict[str, Any]) -> EvaluationSpec:
-    from specsparse.measuring.evaluation import DomainSpec, EvaluationSpec, MeasureSpec  # noqa: PLC0415
+    from specsparse.measuring.evaluation import EvaluationSpec, MeasureSpec  # noqa: PLC0415
 
-    domain = dict(data["domain"])
-    domain["exclude_ids"] = tuple(domain.get("exclude_ids") or ())
     return EvaluationSpec(
         model=data["model"],
         dtype=data["dtype"],
         device=data["device"],
         drafter=Component(**data["drafter"]),
-        domain=DomainSpec(**domain),
+        domain=Domain.from_record(data["domain"]),
         split=data["split"],
         generation=GenerationConfig(**data["generation"]),
         measure=MeasureSpec(**data.get("measure", {})),

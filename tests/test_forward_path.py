@@ -9,7 +9,7 @@ from conftest import NUM_LAYERS, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.decoding.batched_session import BatchedSession
+from specsparse.decoding.batched.session import BatchedSession
 from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.forward_path import (
     ForwardPathError,

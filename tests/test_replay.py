@@ -126,7 +126,7 @@ def test_one_generation_serves_every_drafter_and_k(tiny):
 
 def test_batched_forward_equals_single_sequence_logits(tiny):
     """The padded, per-row-position forward gives each row the logits it has alone."""
-    from specsparse.decoding.batched_session import BatchedSession
+    from specsparse.decoding.batched.session import BatchedSession
     from specsparse.decoding.session import ModelSession
 
     rows = {0: [3, 4, 5], 1: [6, 7, 8, 9, 10, 11], 2: [12]}

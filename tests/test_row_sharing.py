@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsparse.decoding.batched import generate_batch
-from specsparse.decoding.batched_session import BatchedSession, _prefix_rounds
+from specsparse.decoding.batched.session import BatchedSession, _prefix_rounds
 from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.session import ModelSession
 from specsparse.types import GenerationConfig

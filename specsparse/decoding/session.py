@@ -1,6 +1,6 @@
 """A model under one skip set with its own KV cache: the unit the engine and LM drafters run.
 
-`ModelSession` holds one sequence; `batched_session.BatchedSession` holds many rows, each at its own
+`ModelSession` holds one sequence; `batched.session.BatchedSession` holds many rows, each at its own
 length and with its own skip set.
 """
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.batched_session import BatchedSession
+from specsparse.decoding.batched.session import BatchedSession
 from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.forward_path import head_rows, is_fast
 from specsparse.decoding.session import ModelSession

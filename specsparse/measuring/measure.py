@@ -182,7 +182,7 @@ def _decode_batched(target, domain, examples, makers, skips, config, batch_size,
     for turn in range(max(len(ex.turns) for ex in examples)):
         active = [i for i, ex in enumerate(examples) if len(ex.turns) > turn]
         # Example-major: a batch then holds one prompt under every configuration, whose rows share the
-        # layers below their first differing skipped layer (see decoding/batched_layers.py).
+        # layers below their first differing skipped layer (see decoding/batched/layers.py).
         prompts = {(c, i): tuple(encode_messages(target.tokenizer, build_messages(domain, examples[i], turn, outcomes[c][i][0])))
                    for i in active for c in range(len(makers))}
         # Prompts in token order: those sharing a prefix (few-shot exemplars, a system turn) start

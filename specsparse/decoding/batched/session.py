@@ -5,7 +5,7 @@ own position. No cache crop is ever needed: positions below L_b are always the r
 context, and each step rewrites [L_b, L_b + C) before any query reads it, so stale keys of rejected
 drafts or padding beyond L_b are never visible; rolling a row back is only setting L_b. Positions
 and masks come from the row lengths, never from a cache layer, so skipping layer 0 is safe here too.
-How rows with different skip sets or chunk lengths share one forward: see batched_layers.py.
+How rows with different skip sets or chunk lengths share one forward: see layers.py.
 
 Prefill shares prompt prefixes (`BatchedSession.prefill`): prompts of one domain repeat the chat
 template's system turn and often few-shot exemplars, and the keys and values of a prefix depend only
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.batched_layers import (
+from specsparse.decoding.batched.layers import (
     ROWS_ATTENTION,
     LayerPlan,
     PackedLinear,

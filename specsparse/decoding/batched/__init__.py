@@ -1,7 +1,7 @@
 """Many requests in lockstep: one padded target forward per step, each row at its own length.
 
 `generate_batch` runs the engine's step rule (`engine.Request`) for every prompt, with all active rows
-verified in one forward of a `BatchedSession` (see batched_session.py). A row's result equals what the engine
+verified in one forward of a `BatchedSession` (see session.py). A row's result equals what the engine
 gives for that prompt alone (up to float summation order: a near-tie can flip). A finished row takes
 the next waiting prompt (continuous batching).
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.batched_session import BatchedSession
+from specsparse.decoding.batched.session import BatchedSession
 from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.engine import Request
 from specsparse.types import GenerationConfig, GenerationResult

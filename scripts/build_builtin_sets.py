@@ -14,7 +14,7 @@ never rewritten. The normal form of a file:
   "<domain>-NNN" first, continuing the numbering;
 - no two rows with the same first turn (mmlu: question).
 
-tests/test_builtin_sets.py checks the properties of each set (sizes, reference formats, exact math
+tests/data/test_builtin_sets.py checks the properties of each set (sizes, reference formats, exact math
 rationales, rag answers quoted from one passage, balanced mmlu letters). mmlu_dev.jsonl is not touched.
 """
 

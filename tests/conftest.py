@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests never touch the network, and never write into the user's cache."""
+"""Fixtures and helpers the test rooms share (tests/<package>/ for each package of specsparse; the
+whole-project checks at the top). Tests never touch the network, and never write into the user's cache."""
 
 import atexit
 import os
@@ -29,11 +30,15 @@ for _name, _value in {
     os.environ[_name] = _value
 
 import copy
+import struct
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
+from specsparse.decoding.skipping import skipper_for
 from specsparse.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
@@ -41,13 +46,17 @@ from specsparse.drafters import (
     SuffixAutomatonDrafter,
     TokenRecyclingDrafter,
 )
+from specsparse.jobs.config import JobPlan, build_plan
+from specsparse.search import TSSRule
+from specsparse.study.driver import evaluate_callable, run_search
+from specsparse.types import Candidate
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    """A tiny 4-layer Llama on the fast forward path (the CPU default; tests/test_forward_path.py
+    """A tiny 4-layer Llama on the fast forward path (the CPU default; tests/decoding/test_forward_path.py
     compares it with eager)."""
     from specsparse.decoding.forward_path import use_forward_path
     from specsparse.decoding.models import tiny_model
@@ -140,3 +149,124 @@ def embedded_models_installed(monkeypatch):
     installed here): the tests that use it check configurations, not this machine's installs
     (tests/test_extras.py checks the error for a missing one)."""
     monkeypatch.setattr("specsparse.jobs.model_checks.embedded_package", lambda name: None)
+
+
+# -- a job's plan, composed as run.py composes it (nothing runs) ------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def composed(overrides: list[str] = ()) -> dict:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def plan_for(overrides: list[str], tmp_path: Path) -> JobPlan:
+    return build_plan(composed(overrides), output_dir=tmp_path / "job", cwd=tmp_path)
+
+
+# -- decoding without a cache, the reference every fast path is held to ------------------------------
+def reference_greedy(model, prompt, skip, max_new_tokens):
+    """Greedy decoding with no KV cache at all: re-run the whole sequence for every token.
+
+    Returns the tokens and, per step, the gap between the two best logits (to recognise near-ties).
+    """
+    tokens, gaps = list(prompt), []
+    skipper = skipper_for(model)
+    with torch.inference_mode(), skipper.skipping(tuple(sorted(skip))):
+        for _ in range(max_new_tokens):
+            logits = model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0, -1].float()
+            top2 = logits.topk(2).values
+            gaps.append(float(top2[0] - top2[1]))
+            tokens.append(int(logits.argmax()))
+    return tokens[len(prompt) :], gaps
+
+
+def assert_same_up_to_near_tie(output, reference, gaps):
+    """Token-for-token equal; a divergence is only tolerated at a genuine float near-tie."""
+    for i, (ours, ref) in enumerate(zip(output, reference)):
+        if ours != ref:
+            assert gaps[i] < 1e-4, f"diverged at token {i} ({ours} != {ref}) with top-2 logit gap {gaps[i]:.2e}"
+            return
+    assert len(output) == len(reference)
+
+
+# -- synthetic search objectives with known optima (no model) -----------------------------------------
+def additive(num_layers, accept_drop, metric_drop, saving, a0=3.0, m0=0.8, default=(0.2, 0.05, 0.1)):
+    """A(S) = a0 - sum drops, M(S) = m0 - sum drops, cost(S) = 1 - sum savings (separable)."""
+
+    def fn(c: Candidate):
+        da = sum(accept_drop.get(i, default[0]) for i in c.skip_layers)
+        dm = sum(metric_drop.get(i, default[1]) for i in c.skip_layers)
+        ds = sum(saving.get(i, default[2]) for i in c.skip_layers)
+        return a0 - da, (None if m0 is None else m0 - dm), 1.0 - ds
+
+    fn.num_layers = num_layers
+    return fn
+
+
+# Greedy trap: layer 0 alone is the best single step (score 0.1033 vs 0.0883 for 3 or 7), but after it
+# nothing fits the 0.15 accept-drop allowance; {3, 7} (drop 0.14, cost 0.80) is the optimum.
+# Other layers drop A by 0.2 (infeasible alone) and M by 0 (so the permissive pool keeps them).
+TRAP = additive(10, {0: 0.10, 3: 0.07, 7: 0.07}, {}, {0: 0.12, 3: 0.10, 7: 0.10}, default=(0.2, 0.0, 0.1))
+TRAP_OPTIMUM = Candidate((3, 7))
+
+
+class Counted:
+    """Wraps an objective and records every call (order and multiplicity)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls: list[Candidate] = []
+
+    def __call__(self, c: Candidate):
+        self.calls.append(c)
+        return self.fn(c)
+
+
+def papers(**settings) -> TSSRule:
+    """The papers' rule (point estimates, the task metric as the quality check) with `settings`: the
+    synthetic measurements here carry no per-prompt results to bound intervals or compare replies."""
+    return TSSRule(**{"feasibility": "point", "guard": "task", **settings})
+
+
+def search_on(strategy, fn, **kw):
+    """Run `strategy` on the synthetic objective `fn` through the driver, without a progress bar."""
+    return run_search(strategy, evaluate_callable(fn), progress=False, **kw)
+
+
+# -- W&B's offline run files --------------------------------------------------------------------------
+def wandb_records(run_file: Path) -> list:
+    """The protobuf records of a .wandb file (a LevelDB-style log of 32 KiB blocks after a 7-byte
+    header; each chunk has a 7-byte header: crc32, length, type)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B"
+    block, pos, pending, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:  # zero padding up to the end of the block
+            pos += left
+            continue
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            records.append(pending + chunk)
+    out = []
+    for raw in records:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        out.append(record)
+    return out

@@ -89,3 +89,10 @@ def test_no_two_modules_import_each_other():
 @pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_module_fits_a_reading(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_tests_follow_the_rooms():
+    """tests/<package>/ holds the tests of one package; the whole-project checks stay at the top."""
+    tests = Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name not in ("golden", "__pycache__")}
+    assert folders <= set(PACKAGE_ORDER)

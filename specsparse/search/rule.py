@@ -3,7 +3,7 @@
 run.py's configuration holds them in its `tss` group, and each layer-skip search option receives the
 group whole (`rule: ${tss}` in conf/search/*.yaml), so a preset that changes one setting changes it
 for every search. The defaults below are the ones run.py runs; conf/config.yaml restates them only so
-they can be overridden on the command line (tests/test_presets.py checks that the two agree).
+they can be overridden on the command line (tests/jobs/test_presets.py checks that the two agree).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from hydra_plugins.specsparse_optuna_sweeper.optuna_sweeper import OptunaSweeper, search_space
 from specsparse.jobs.config import ConfigError, build_plan, objective_value
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
 
 

@@ -32,7 +32,7 @@ from specsparse.data import (
 from specsparse.data.domain import DEFINITIONS
 from specsparse.metrics.text import extract_number
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 SPEC_BENCH = SHARED / "spec_bench" / "question.jsonl"
 GSM8K = SHARED / "gsm8k" / "test.jsonl"
 MMLU = SHARED / "mmlu"

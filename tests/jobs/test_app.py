@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import composed, plan_for
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from specsparse.data import get_domain
 from specsparse.decoding.drafter import Drafter
-from specsparse.jobs.config import GROUPS, ConfigError, JobPlan, build_plan
+from specsparse.jobs.config import GROUPS, ConfigError, build_plan
 from specsparse.measuring.evaluation import Evaluator
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
@@ -23,7 +24,7 @@ from specsparse.types import Candidate
 
 pytestmark = pytest.mark.usefixtures("embedded_models_installed")  # configs, not this machine's installs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 SEARCH_PATH = (CONF, ROOT / "specsparse" / "data" / "conf")  # conf/config.yaml's hydra.searchpath adds the domains
 HAS_CUDA = __import__("torch").cuda.is_available()
@@ -31,16 +32,6 @@ HAS_CUDA = __import__("torch").cuda.is_available()
 
 def options(group: str) -> list[str]:
     return sorted(p.stem for conf in SEARCH_PATH for p in (conf / group).glob("*.yaml"))
-
-
-def composed(overrides: list[str] = ()) -> dict:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def plan_for(overrides: list[str], tmp_path: Path) -> JobPlan:
-    return build_plan(composed(overrides), output_dir=tmp_path / "job", cwd=tmp_path)
 
 
 # -- composition -----------------------------------------------------------------------------------

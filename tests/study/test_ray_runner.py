@@ -29,7 +29,7 @@ from specsparse.study.runners.ray_worker import spec_from_dict, spec_to_dict
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = EvaluationSpec(
     model="tiny",
     domain=get_domain("translation", limit=10),
@@ -216,7 +216,7 @@ def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_toke
 def test_pip_from_pyproject_reads_the_project_dependencies(tmp_path):
     from specsparse.cli.submit import pyproject_dependencies
 
-    dependencies = pyproject_dependencies(Path(__file__).resolve().parents[1])
+    dependencies = pyproject_dependencies(Path(__file__).resolve().parents[2])
     assert "hydra-core>=1.3" in dependencies and any(d.startswith("tomli") and "3.11" in d for d in dependencies)
     assert any(d.startswith("wandb>") for d in dependencies)  # a job on the cluster logs to W&B by default
     assert not any(d.startswith(("specsparse", "pytest")) for d in dependencies)

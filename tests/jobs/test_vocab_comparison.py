@@ -23,7 +23,7 @@ from specsparse.reporting.report import build_report, find_jobs
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.types import GenerationResult
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @given(steps=st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=6), min_size=2, max_size=5),

@@ -10,8 +10,7 @@ import weakref
 
 import pytest
 import torch
-from conftest import NUM_LAYERS
-from test_app import plan_for
+from conftest import NUM_LAYERS, plan_for
 from test_eagle import random_head
 
 from specsparse.cli import main

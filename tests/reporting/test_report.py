@@ -27,7 +27,7 @@ from specsparse.reporting.tables import merged_config_map, routing_table, table1
 from specsparse.reporting.wandb_report import to_wandb_report
 from specsparse.serving.router import map_routing_prompts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import DRAFTERS, NUM_LAYERS, TREE_DRAFTERS, make_drafter, skip_sets
+from conftest import DRAFTERS, NUM_LAYERS, TREE_DRAFTERS, assert_same_up_to_near_tie, make_drafter, reference_greedy, skip_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,36 +13,9 @@ from specsparse.decoding.drafter import tree_from_branches
 from specsparse.decoding.engine import AdaptiveDraftLength, greedy_accept, speculative_generate
 from specsparse.decoding.models import tiny_model
 from specsparse.decoding.session import ModelSession
-from specsparse.decoding.skipping import skipper_for
 from specsparse.drafters import DraftModelDrafter, SelfSkipDrafter, TokenRecyclingDrafter
 from specsparse.drafters.pld import PromptLookupDrafter
 from specsparse.types import GenerationConfig
-
-
-def reference_greedy(model, prompt, skip, max_new_tokens):
-    """Greedy decoding with no KV cache at all: re-run the whole sequence for every token.
-
-    Returns the tokens and, per step, the gap between the two best logits (to recognise near-ties).
-    """
-    tokens, gaps = list(prompt), []
-    skipper = skipper_for(model)
-    with torch.inference_mode(), skipper.skipping(tuple(sorted(skip))):
-        for _ in range(max_new_tokens):
-            logits = model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0, -1].float()
-            top2 = logits.topk(2).values
-            gaps.append(float(top2[0] - top2[1]))
-            tokens.append(int(logits.argmax()))
-    return tokens[len(prompt) :], gaps
-
-
-def assert_same_up_to_near_tie(output, reference, gaps):
-    """Token-for-token equal; a divergence is only tolerated at a genuine float near-tie."""
-    for i, (ours, ref) in enumerate(zip(output, reference)):
-        if ours != ref:
-            assert gaps[i] < 1e-4, f"diverged at token {i} ({ours} != {ref}) with top-2 logit gap {gaps[i]:.2e}"
-            return
-    assert len(output) == len(reference)
-
 
 # Prompts with repeats so that lookup drafters actually propose.
 prompts = st.lists(st.integers(0, 20), min_size=1, max_size=12).map(lambda p: p * 2)

@@ -1,5 +1,5 @@
-"""Search strategies, driver, feasibility / Pareto helpers and vocabulary helpers on synthetic
-objectives with known answers (no model)."""
+"""Search strategies, the feasibility rule and Pareto front, TPE and the fidelity guard on synthetic
+objectives with known answers (no model; the loop that runs them: tests/study/test_driver.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pkgutil
 from collections import Counter
 
 import pytest
+from conftest import TRAP, TRAP_OPTIMUM, Counted, additive, papers, search_on
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import specsparse.search as search_pkg
-from specsparse.measuring.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
+from specsparse.measuring.vocab import head_latency_reduction
 from specsparse.search import (
     AcceptOnlySearch,
     BFSSearch,
@@ -24,7 +25,6 @@ from specsparse.search import (
     MetricOnlySearch,
     RandomSearch,
     SearchStrategy,
-    Selection,
     TPEVocabSearch,
     TSSRule,
     is_feasible,
@@ -40,26 +40,6 @@ from specsparse.util import content_hash
 FAST = settings(max_examples=25, deadline=None)
 
 
-# -- synthetic objectives ----------------------------------------------------------------------------
-def additive(num_layers, accept_drop, metric_drop, saving, a0=3.0, m0=0.8, default=(0.2, 0.05, 0.1)):
-    """A(S) = a0 - sum drops, M(S) = m0 - sum drops, cost(S) = 1 - sum savings (separable)."""
-
-    def fn(c: Candidate):
-        da = sum(accept_drop.get(i, default[0]) for i in c.skip_layers)
-        dm = sum(metric_drop.get(i, default[1]) for i in c.skip_layers)
-        ds = sum(saving.get(i, default[2]) for i in c.skip_layers)
-        return a0 - da, (None if m0 is None else m0 - dm), 1.0 - ds
-
-    fn.num_layers = num_layers
-    return fn
-
-
-# Greedy trap: layer 0 alone is the best single step (score 0.1033 vs 0.0883 for 3 or 7), but after it
-# nothing fits the 0.15 accept-drop allowance; {3, 7} (drop 0.14, cost 0.80) is the optimum.
-# Other layers drop A by 0.2 (infeasible alone) and M by 0 (so the permissive pool keeps them).
-TRAP = additive(10, {0: 0.10, 3: 0.07, 7: 0.07}, {}, {0: 0.12, 3: 0.10, 7: 0.10}, default=(0.2, 0.0, 0.1))
-TRAP_OPTIMUM = Candidate((3, 7))
-
 # Each objective alone prefers another set: layers 3 and 5 raise accept length (5 ruins the metric),
 # layers 2 and 6 raise the metric; everything else costs A 0.2 and M 0.05.
 TWO_WAYS = additive(10, {3: -0.1, 5: -0.4}, {2: -0.1, 5: 0.5, 6: -0.05}, {}, default=(0.2, 0.05, 0.1))
@@ -74,18 +54,6 @@ TWO = additive(
 )
 
 
-class Counted:
-    """Wraps an objective and records every call (order and multiplicity)."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.calls: list[Candidate] = []
-
-    def __call__(self, c: Candidate):
-        self.calls.append(c)
-        return self.fn(c)
-
-
 def tpe_factory(seed=0):
     return TPEVocabSearch(
         1000,
@@ -96,18 +64,12 @@ def tpe_factory(seed=0):
     )
 
 
-def papers(**settings) -> TSSRule:
-    """The papers' rule (point estimates, the task metric as the quality check) with `settings`: the
-    synthetic measurements here carry no per-prompt results to bound intervals or compare replies."""
-    return TSSRule(**{"feasibility": "point", "guard": "task", **settings})
-
-
 @pytest.mark.parametrize("rule", [TSSRule(), TSSRule(feasibility="point", guard="fidelity")])
 def test_a_rule_that_needs_prompts_refuses_measurements_without_them(rule):
     """Without per-prompt results every interval and reply comparison is missing: the rule would reject
     every skip set and pick dense silently, so it says so instead."""
     with pytest.raises(ValueError, match="needs per-prompt results"):
-        run(BFSSearch(4, rule), additive(4, [0.0] * 4, [0.0] * 4, [0.1] * 4))
+        search_on(BFSSearch(4, rule), additive(4, [0.0] * 4, [0.0] * 4, [0.1] * 4))
 
 
 LAYER_STRATEGIES = {
@@ -126,10 +88,6 @@ def joint_factory(num_layers: int, seed: int = 0):
 
 
 ALL_STRATEGIES = {**LAYER_STRATEGIES, "tpe_vocab": lambda L, seed=0: tpe_factory(seed), "joint_vocab": joint_factory}
-
-
-def run(strategy, fn, **kw):
-    return run_search(strategy, evaluate_callable(fn), progress=False, **kw)
 
 
 def rule_of(strategy):
@@ -153,7 +111,7 @@ def test_strategy_names_match_modules():
 @pytest.mark.parametrize("name", ALL_STRATEGIES)
 def test_contract_no_duplicate_measurements(name):
     fn = Counted(TRAP)
-    result = run(ALL_STRATEGIES[name](10), fn)
+    result = search_on(ALL_STRATEGIES[name](10), fn)
     assert max(Counter(fn.calls).values()) == 1
     assert len(fn.calls) == result.n_measured == len(result.history)
     assert [c for c, _ in result.history] == fn.calls
@@ -165,7 +123,7 @@ def test_contract_no_duplicate_measurements(name):
 @given(budget=st.integers(1, 30))
 def test_contract_budget_respected(name, budget):
     fn = Counted(TRAP)
-    result = run(ALL_STRATEGIES[name](10), fn, budget=budget)
+    result = search_on(ALL_STRATEGIES[name](10), fn, budget=budget)
     assert len(fn.calls) == result.n_measured <= budget
     assert result.selected in {c for c, _ in result.history}
     if any("budget" in n for n in result.notes):
@@ -175,14 +133,14 @@ def test_contract_budget_respected(name, budget):
 @pytest.mark.parametrize("name", ALL_STRATEGIES)
 def test_contract_budget_zero_cannot_measure_baseline(name):
     with pytest.raises(RuntimeError, match="never measured"):
-        run(ALL_STRATEGIES[name](10), TRAP, budget=0)
+        search_on(ALL_STRATEGIES[name](10), TRAP, budget=0)
 
 
 @pytest.mark.parametrize("name", ALL_STRATEGIES)
 def test_contract_same_seed_same_sequence(name):
     first, second = Counted(TRAP), Counted(TRAP)
-    r1 = run(ALL_STRATEGIES[name](10, seed=3), first)
-    r2 = run(ALL_STRATEGIES[name](10, seed=3), second)
+    r1 = search_on(ALL_STRATEGIES[name](10, seed=3), first)
+    r2 = search_on(ALL_STRATEGIES[name](10, seed=3), second)
     assert first.calls == second.calls
     assert (r1.selected, r1.alternatives, r1.history) == (r2.selected, r2.alternatives, r2.history)
 
@@ -194,9 +152,9 @@ def test_contract_store_serves_second_run(name, tmp_path):
 
     with ResultsStore(tmp_path / "r.sqlite") as store:
         first = Counted(TRAP)
-        r1 = run(ALL_STRATEGIES[name](10), first, store=store, key_fn=key_fn)
+        r1 = search_on(ALL_STRATEGIES[name](10), first, store=store, key_fn=key_fn)
         second = Counted(TRAP)
-        r2 = run(ALL_STRATEGIES[name](10), second, store=store, key_fn=key_fn)
+        r2 = search_on(ALL_STRATEGIES[name](10), second, store=store, key_fn=key_fn)
         assert len(store) == r1.n_measured
     assert second.calls == []
     assert (r2.n_measured, r2.n_cache_hits) == (0, r1.n_measured)
@@ -210,7 +168,7 @@ def test_contract_each_strategy_selects_by_its_own_rule():
     highest accept length / metric measured; greedy (GM-Skip): the end of its deletion path."""
     for name in LAYER_STRATEGIES:
         strategy = LAYER_STRATEGIES[name](10)
-        result = run(strategy, TWO_WAYS)
+        result = search_on(strategy, TWO_WAYS)
         told = [(c, m) for c, m in result.history if not m.early_stopped]
         if name == "accept_only":
             assert result.selected_measurement.accept_length == max(m.accept_length for _, m in told)
@@ -228,7 +186,7 @@ def test_contract_each_strategy_selects_by_its_own_rule():
 @pytest.mark.parametrize("name", ["bfs"])
 def test_contract_selected_is_cheapest_feasible(name):
     strategy = LAYER_STRATEGIES[name](10)
-    result = run(strategy, TRAP)
+    result = search_on(strategy, TRAP)
     use_a, use_m = rule_of(strategy)
     feasible = [(c, m) for c, m in result.history if is_feasible(m, result.dense, use_accept=use_a, use_metric=use_m)]
     assert set(result.feasible) == {c for c, _ in feasible}
@@ -246,7 +204,7 @@ def test_contract_early_stopped_never_selected(name):
             return Measurement(3.0, 0.8, 0.01, 0.01, 0.0, 0, 0, 0.0, early_stopped=True)
         return a, m, cost
 
-    result = run(LAYER_STRATEGIES[name](10), fn)
+    result = search_on(LAYER_STRATEGIES[name](10), fn)
     stopped = {c for c, m in result.history if m.early_stopped}
     assert stopped, "the objective should have produced early-stopped measurements"
     assert result.selected not in stopped
@@ -257,7 +215,7 @@ def test_contract_early_stopped_never_selected(name):
 @pytest.mark.parametrize("name", LAYER_STRATEGIES)
 def test_contract_metric_none_uses_acceptance_only(name):
     fn = additive(10, {0: 0.10, 3: 0.07, 7: 0.07}, {}, {0: 0.12, 3: 0.10, 7: 0.10}, m0=None)
-    result = run(LAYER_STRATEGIES[name](10), fn)
+    result = search_on(LAYER_STRATEGIES[name](10), fn)
     assert NOTE_METRIC_UNDEFINED in result.notes or name == "accept_only"
     assert NOTE_METRIC_UNDEFINED not in result.notes or name != "accept_only"
     if name in ("accept_only", "metric_only"):  # the highest accept length: here, dense
@@ -266,7 +224,7 @@ def test_contract_metric_none_uses_acceptance_only(name):
         assert any("accept length used instead" in n for n in result.notes)
         assert result.selected.skip_layers
     elif name == "random":  # unconstrained, at the depth of the TSS pick
-        bfs = run(BFSSearch(10, papers(max_depth=3)), fn)
+        bfs = search_on(BFSSearch(10, papers(max_depth=3)), fn)
         assert len(result.selected.skip_layers) == len(bfs.selected.skip_layers) > 0
     else:
         assert result.selected.skip_layers  # acceptance alone still allows skipping
@@ -277,9 +235,9 @@ def test_contract_metric_none_uses_acceptance_only(name):
 def test_bfs_finds_joint_optimum_that_greedy_misses():
     """TRAP's metric never moves, so every deletion ties and GM-Skip, guided by the metric alone, deletes
     the last layers first up to its cap, and acceptance falls; BFS finds the joint optimum."""
-    bfs = run(BFSSearch(10, papers(max_depth=4)), TRAP)
+    bfs = search_on(BFSSearch(10, papers(max_depth=4)), TRAP)
     greedy_strategy = GreedySearch(10, papers(), max_deletions=4)
-    greedy = run(greedy_strategy, TRAP)
+    greedy = search_on(greedy_strategy, TRAP)
     assert bfs.selected == TRAP_OPTIMUM
     assert bfs.selected_measurement.modeled_cost == pytest.approx(0.80)
     assert greedy_strategy.path == [(9,), (8, 9), (7, 8, 9), (6, 7, 8, 9)]
@@ -293,9 +251,9 @@ def test_random_draws_at_the_depth_of_the_tss_selection():
     """TRAP: TSS selects (3, 7), so random draws sets of 2 layers; the BFS it runs first is TSS's own
     (same measurements); the pick is the best draw, and the mean and range over every draw are kept."""
     bfs_calls, random_calls = Counted(TRAP), Counted(TRAP)
-    run(BFSSearch(10, papers(max_depth=3)), bfs_calls)
+    search_on(BFSSearch(10, papers(max_depth=3)), bfs_calls)
     strategy = RandomSearch(10, papers(max_depth=3), draws=4, seed=1)
-    result = run(strategy, random_calls)
+    result = search_on(strategy, random_calls)
     assert random_calls.calls[: len(bfs_calls.calls)] == bfs_calls.calls
     draws = [c.skip_layers for c in strategy.drawn]
     assert len(draws) == len(set(draws)) == 4 and all(len(d) == 2 for d in draws)
@@ -318,7 +276,7 @@ def test_random_picks_the_cheapest_feasible_draw(seed):
     """Draws of TWO at depth 1: layer 4 is the only single skip within both tolerances; whenever it is
     drawn it is the pick, otherwise the pick is the draw retaining the most quality."""
     strategy = RandomSearch(8, papers(), depth=1, draws=3, seed=seed)
-    result = run(strategy, TWO)
+    result = search_on(strategy, TWO)
     if Candidate((4,)) in strategy.drawn:
         assert result.selected == Candidate((4,)) and result.info["best_draw_feasible"]
     else:
@@ -329,26 +287,26 @@ def test_random_picks_the_cheapest_feasible_draw(seed):
 def test_ablations_differ_when_one_constraint_binds():
     """TSS keeps both within 5%; each single-objective search takes its objective's maximum (ties to
     the cheaper set): A 3.0 at dense and (2,), M 0.8 at dense and (1,)."""
-    assert run(BFSSearch(8, papers()), TWO).selected == Candidate((4,))
-    assert run(AcceptOnlySearch(8, papers()), TWO).selected == Candidate((2,))
-    assert run(MetricOnlySearch(8, papers()), TWO).selected == Candidate((1,))
+    assert search_on(BFSSearch(8, papers()), TWO).selected == Candidate((4,))
+    assert search_on(AcceptOnlySearch(8, papers()), TWO).selected == Candidate((2,))
+    assert search_on(MetricOnlySearch(8, papers()), TWO).selected == Candidate((1,))
 
 
 def test_single_objective_baselines_find_their_objectives_maximum():
     """TWO_WAYS: the highest accept length is (3, 5) (A 3.5, metric ruined), the highest metric
     (2, 6) (M 0.95); TSS finds nothing within 5% on both and keeps dense."""
-    accept = run(AcceptOnlySearch(10, papers(max_depth=3)), TWO_WAYS)
-    metric = run(MetricOnlySearch(10, papers(max_depth=3)), TWO_WAYS)
+    accept = search_on(AcceptOnlySearch(10, papers(max_depth=3)), TWO_WAYS)
+    metric = search_on(MetricOnlySearch(10, papers(max_depth=3)), TWO_WAYS)
     assert (accept.selected, accept.selected_measurement.accept_length) == (Candidate((3, 5)), pytest.approx(3.5))
     assert accept.selected_measurement.metric < 0.5 * accept.dense.metric
     assert (metric.selected, metric.selected_measurement.metric) == (Candidate((2, 6)), pytest.approx(0.95))
-    assert run(BFSSearch(10, papers(max_depth=3)), TWO_WAYS).selected == Candidate()
+    assert search_on(BFSSearch(10, papers(max_depth=3)), TWO_WAYS).selected == Candidate()
 
 
 def test_nothing_feasible_selects_dense():
     fn = additive(6, {}, {}, {}, default=(1.0, 0.5, 0.1))
     for strategy in (BFSSearch(6, papers()), GreedySearch(6, papers()), RandomSearch(6, papers())):
-        result = run(strategy, fn)
+        result = search_on(strategy, fn)
         assert result.selected == Candidate()
         assert NOTE_DENSE_SELECTED in result.notes
         assert result.alternatives == ()
@@ -365,7 +323,7 @@ def test_bfs_is_exact_on_monotone_separable_objectives(drops, max_pool):
     n = len(drops)
     fn = additive(n, {i: d[0] for i, d in enumerate(drops)}, {i: d[1] for i, d in enumerate(drops)},
                   {i: d[2] for i, d in enumerate(drops)})
-    result = run(BFSSearch(n, papers(max_depth=n, max_pool=max_pool)), fn)
+    result = search_on(BFSSearch(n, papers(max_depth=n, max_pool=max_pool)), fn)
     evaluate = evaluate_callable(fn)
     subsets = [Candidate(s) for k in range(n + 1) for s in itertools.combinations(range(n), k)]
     measured = list(zip(subsets, evaluate(subsets)))
@@ -379,7 +337,7 @@ def test_bfs_pool_cap_ranks_by_retained_quality():
     # single drops grow with the index; the cap keeps the three mildest layers
     fn = additive(8, {i: 0.01 * i for i in range(8)}, {i: 0.0 for i in range(8)}, {})
     strategy = BFSSearch(8, papers(max_depth=2, max_pool=3))
-    result = run(strategy, fn)
+    result = search_on(strategy, fn)
     assert strategy.pool == (0, 1, 2)
     assert {c.skip_layers for c, _ in result.history if len(c.skip_layers) == 2} == {(0, 1), (0, 2), (1, 2)}
 
@@ -388,7 +346,7 @@ def test_protected_layers_never_skipped():
     protected = papers(protect_layers=(0, 9))
     for strategy in (BFSSearch(10, protected), GreedySearch(10, protected),
                      RandomSearch(10, protected, depth=3, draws=30)):
-        result = run(strategy, TRAP)
+        result = search_on(strategy, TRAP)
         assert all(not {0, 9} & set(c.skip_layers) for c, _ in result.history)
 
 
@@ -398,16 +356,16 @@ def test_gm_skip_deletes_the_least_harmful_block_each_step_where_one_reverse_pas
     each step and deletes the least harmful: 1 (free), then 5 (ties with 4 go to the later block)."""
     fn = Counted(additive(6, {}, {5: 0.08, 4: 0.08, 1: 0.0}, {}, m0=1.0, default=(0.0, 0.3, 0.1)))
     strategy = GreedySearch(6, papers(), sparsity_weight=0.6, max_deletions=2)
-    result = run(strategy, fn)
+    result = search_on(strategy, fn)
     assert [c.skip_layers for c in fn.calls[1:7]] == [(5,), (4,), (3,), (2,), (1,), (0,)]  # later blocks first
     assert strategy.path == [(1,), (1, 5)] and result.selected == Candidate((1, 5))
     assert len(fn.calls) == 1 + 6 + 5  # one batch per step: O(L^2) measurements
     # uncapped, it goes on while the balance holds: 4 (0.08) too, then 0, 2, 3 (0.3) would lower it
-    assert run(GreedySearch(6, papers(), sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
+    assert search_on(GreedySearch(6, papers(), sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
     # GM-Skip is not bound to the BFS depth: the shared rule's max_depth does not cap it
-    assert run(GreedySearch(6, papers(max_depth=1), sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
+    assert search_on(GreedySearch(6, papers(max_depth=1), sparsity_weight=0.6), fn.fn).selected == Candidate((1, 4, 5))
     free = GreedySearch(4, papers())  # every deletion free: it stops with one layer left, the most a skip set may remove
-    assert run(free, additive(4, {}, {}, {}, m0=1.0, default=(0.0, 0.0, 0.1))).selected == Candidate((1, 2, 3))
+    assert search_on(free, additive(4, {}, {}, {}, m0=1.0, default=(0.0, 0.0, 0.1))).selected == Candidate((1, 2, 3))
 
 
 @FAST
@@ -421,7 +379,7 @@ def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, 
     # A balance change near the 1e-12 tolerance is decided by float rounding of sums: left out.
     assume(all(not -1e-10 < weight / 6 - d < -1e-14 for d in drops))
     strategy = GreedySearch(6, papers(), sparsity_weight=weight, max_deletions=cap)
-    result = run(strategy, additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
+    result = search_on(strategy, additive(6, {}, dict(enumerate(drops)), {}, m0=1.0))
     kept: list[int] = []  # the rule restated: additive drops make each step's harm the layer's own drop
     while len(kept) < min(cap or 6, 5):  # one layer always stays
         best = max((layer for layer in range(6) if layer not in kept), key=lambda layer: (-drops[layer], layer))
@@ -437,7 +395,7 @@ def test_gm_skip_follows_least_harmful_deletions_until_the_balance_falls(drops, 
 def test_random_draws_are_distinct_of_one_depth_and_capped(seed, draws, depth):
     strategy = RandomSearch(7, papers(max_depth=3), depth=depth, draws=draws, seed=seed)
     fn = Counted(TRAP)
-    run(strategy, fn)
+    search_on(strategy, fn)
     sets = [c.skip_layers for c in fn.calls[1:]]
     assert len(sets) == len(set(sets)) == min(draws, math.comb(7, depth))
     assert all(len(s) == depth for s in sets)
@@ -454,8 +412,8 @@ def test_random_draws_are_uniform_over_sets_of_the_depth():
 
 def test_random_seed_changes_sequence():
     a, b = Counted(TRAP), Counted(TRAP)
-    run(RandomSearch(10, papers(), depth=2, draws=3, seed=0), a)
-    run(RandomSearch(10, papers(), depth=2, draws=3, seed=1), b)
+    search_on(RandomSearch(10, papers(), depth=2, draws=3, seed=0), a)
+    search_on(RandomSearch(10, papers(), depth=2, draws=3, seed=1), b)
     assert a.calls != b.calls
 
 
@@ -487,86 +445,6 @@ def test_thresholds_without_metric():
     strategy.tell(Candidate(), Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0))
     min_a, min_m = strategy.feasibility_thresholds()
     assert min_a == pytest.approx(1.9) and min_m is None
-
-
-# -- driver ------------------------------------------------------------------------------------------
-class Scripted(SearchStrategy):
-    """Proposes fixed batches; records what it was told."""
-
-    name = "scripted"
-
-    def __init__(self, batches):
-        self.batches = list(batches)
-        self.told: list[Candidate] = []
-
-    def ask(self):
-        return self.batches.pop(0) if self.batches else []
-
-    def tell(self, candidate, measurement):
-        self.told.append(candidate)
-
-    def select(self):
-        return Selection(baseline=Candidate(), selected=Candidate())
-
-
-def test_driver_dedups_within_and_across_batches():
-    a, b = Candidate((1,)), Candidate((2,))
-    strategy = Scripted([[Candidate(), a, a], [a, b], [b]])
-    fn = Counted(TRAP)
-    result = run(strategy, fn)
-    assert fn.calls == [Candidate(), a, b]
-    assert strategy.told == [Candidate(), a, a, b, b]  # repeats are told the recorded measurement
-    assert result.n_measured == 3
-
-
-def test_driver_checks_arguments_and_batch_length(tmp_path):
-    with pytest.raises(ValueError, match="key_fn"):
-        run_search(Scripted([[Candidate()]]), evaluate_callable(TRAP), store=ResultsStore(tmp_path / "s"))
-    with pytest.raises(ValueError, match="budget"):
-        run(Scripted([[Candidate()]]), TRAP, budget=-1)
-    with pytest.raises(RuntimeError, match="returned 0"):
-        run_search(Scripted([[Candidate()]]), lambda batch, on_measured: [], progress=False)
-
-
-def test_driver_stores_meta_and_reports_measurements(tmp_path):
-    events = []
-    with ResultsStore(tmp_path / "r.sqlite") as store:
-        def key_fn(c):
-            return content_hash({"d": "qa", **candidate_meta(c)})
-
-        kw = dict(store=store, key_fn=key_fn, meta_fn=lambda c: {"domain": "qa"},
-                  on_told=lambda c, m, cached: events.append((c, cached)))
-        run(Scripted([[Candidate(), Candidate((1,))]]), TRAP, **kw)
-        run(Scripted([[Candidate(), Candidate((2,))]]), TRAP, **kw)
-        rows = store.rows(domain="qa")
-    assert events == [(Candidate(), False), (Candidate((1,)), False), (Candidate(), True), (Candidate((2,)), False)]
-    assert [r["candidate.skip_layers"] for r in rows] == [(), (1,), (2,)]
-
-
-def test_driver_budget_counts_only_new_measurements(tmp_path):
-    with ResultsStore(tmp_path / "r.sqlite") as store:
-        def key_fn(c):
-            return content_hash(candidate_meta(c))
-
-        r1 = run(BFSSearch(10, papers()), TRAP, store=store, key_fn=key_fn, budget=5)
-        assert r1.n_measured == 5 and any("budget" in n for n in r1.notes)
-        fn = Counted(TRAP)
-        r2 = run(BFSSearch(10, papers()), fn, store=store, key_fn=key_fn, budget=5)
-    assert r2.n_cache_hits == 5 and len(fn.calls) == r2.n_measured == 5  # resumes past the first run
-
-
-def test_early_stopped_measurement_stored_with_thresholds(tmp_path):
-    strategy = Scripted([[Candidate()], [Candidate((1,))]])
-    strategy.feasibility_thresholds = lambda: (2.5, None)
-
-    def fn(c):
-        return Measurement(1.0, None, 0.5, 0.5, 0.0, 0, 0, 0.0, early_stopped=bool(c.skip_layers))
-
-    with ResultsStore(tmp_path / "r.sqlite") as store:
-        run(strategy, fn, store=store, key_fn=lambda c: c.label)
-        assert store.get("skip[1]").early_stopped
-        assert store.get_meta("skip[1]")["early_stop_thresholds"] == [2.5, None]
-        assert "early_stop_thresholds" not in store.get_meta("dense")
 
 
 # -- feasibility and Pareto front on hand-written points ---------------------------------------------
@@ -686,7 +564,7 @@ def objective(k, alpha=0.5):
 def test_tpe_finds_analytic_optimum(alpha, c_min):
     strategy = TPEVocabSearch(V, synthetic_coverage, synthetic_reduction, alpha=alpha, min_coverage=c_min,
                               n_trials=60, seed=0)
-    result = run(strategy, lambda c: (2.0 if c.vocab_size is None else 1.9, 0.5, 1.0))
+    result = search_on(strategy, lambda c: (2.0 if c.vocab_size is None else 1.9, 0.5, 1.0))
     k_star = analytic_optimum(alpha, c_min)
     k = result.info["k"]
     assert result.selected == Candidate((), k)
@@ -715,7 +593,7 @@ def test_tpe_deduplicates_k_and_falls_back_when_unreachable():
         return k / 100
 
     strategy = TPEVocabSearch(100, cov, lambda k: 1 - k / 100, n_trials=50, k_min=1, k_max=20, min_coverage=0.5)
-    result = run(strategy, TRAP)
+    result = search_on(strategy, TRAP)
     ks = [t[0] for t in result.info["trials"]]
     assert len(ks) == len(set(ks)) == result.info["n_distinct_k"] < 50
     assert max(calls.values()) == 1  # each k once: the trials, the fallback to k_max, the coverage curve
@@ -729,51 +607,11 @@ def test_tpe_keeps_skip_set_and_selects_baseline_when_chosen_stopped():
     def fn(c):
         return Measurement(2.0, None, 1.0, 1.0, 0.0, 0, 0, 0.0, early_stopped=c.vocab_size is not None)
 
-    result = run(strategy, fn)
+    result = search_on(strategy, fn)
     assert result.baseline == Candidate((2, 5))
     assert [c.vocab_size is not None for c, _ in result.history] == [False, True]
     assert result.selected == result.baseline
     assert any("not measured to the end" in n for n in result.notes)
-
-
-# -- vocabulary helpers ------------------------------------------------------------------------------
-def test_token_frequencies_and_coverage():
-    counts = token_frequencies([[5, 7, 5], [7, 9, 5]])
-    assert counts == {5: 3, 7: 2, 9: 1}
-    curve = coverage_curve(counts)
-    assert [curve(k) for k in range(5)] == pytest.approx([0, 3 / 6, 5 / 6, 1, 1])
-    assert curve.n_seen == 3
-    assert coverage_curve({})(10) == 1.0
-
-
-def test_top_k_ids_ties_and_unseen():
-    counts = {8: 2, 3: 2, 6: 5}
-    assert top_k_ids(counts, 3, 10).tolist() == [6, 3, 8]  # tie 3/8 broken by id
-    assert top_k_ids(counts, 6, 10).tolist() == [6, 3, 8, 0, 1, 2]  # unseen after seen, by id
-    assert top_k_ids(counts, 10, 10).tolist() == [6, 3, 8, 0, 1, 2, 4, 5, 7, 9]
-    with pytest.raises(ValueError):
-        top_k_ids({12: 1}, 1, 10)
-    with pytest.raises(ValueError):
-        top_k_ids(counts, 11, 10)
-
-
-@FAST
-@given(st.lists(st.lists(st.integers(0, 30), max_size=20), max_size=8), st.integers(0, 31))
-def test_coverage_matches_top_k(seqs, k):
-    counts = token_frequencies(seqs)
-    total = sum(counts.values())
-    kept = set(top_k_ids(counts, k, 31).tolist())
-    covered = sum(n for i, n in counts.items() if i in kept)
-    curve = coverage_curve(counts)
-    assert curve(k) == pytest.approx(covered / total if total else 1.0)
-    assert all(curve(j) <= curve(j + 1) for j in range(32))
-
-
-def test_head_latency_reduction():
-    assert head_latency_reduction(V, V, HIDDEN, NON_HEAD) == 0.0
-    full = NON_HEAD + 2 * HIDDEN * V
-    assert head_latency_reduction(0, V, HIDDEN, NON_HEAD) == pytest.approx(2 * HIDDEN * V / full)
-    assert head_latency_reduction(1000, V, HIDDEN, 0.0) == pytest.approx(1 - 1000 / V)
 
 
 def test_bfs_pool_takes_every_layer_within_tau_and_names_a_cap():
@@ -842,7 +680,7 @@ degrading.num_layers = 6
 def test_fidelity_guard_rejects_degenerate_replies_that_raise_accept_length(guard, expected):
     for feasibility in ("point", "lower_bound"):
         rule = papers(max_depth=2, guard=guard, min_fidelity=50, feasibility=feasibility)
-        result = run(BFSSearch(6, rule), degrading)
+        result = search_on(BFSSearch(6, rule), degrading)
         assert result.selected == expected, (guard, feasibility)
         assert any(n.startswith("guard: output fidelity") for n in result.notes) == (guard != "task")
 
@@ -854,10 +692,10 @@ def test_fidelity_guard_auto_adds_fidelity_only_without_an_informative_metric():
 
     informative.num_layers = 6
     strategy = BFSSearch(6, papers(max_depth=2, guard="auto", min_fidelity=50))
-    run(strategy, informative)
+    search_on(strategy, informative)
     assert strategy.quality_guard() == {"task_metric": True, "fidelity": False, "min_fidelity": None}
     strategy = BFSSearch(6, papers(max_depth=2, guard="auto", min_fidelity=50))
-    run(strategy, degrading)
+    search_on(strategy, degrading)
     assert strategy.quality_guard() == {"task_metric": False, "fidelity": True, "min_fidelity": 50.0}
 
 

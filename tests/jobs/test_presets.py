@@ -18,7 +18,7 @@ from specsparse.reporting.report import build_report, find_jobs
 from specsparse.search.rule import TSSRule
 from specsparse.types import GenerationConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["logger=none", "progress=false", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=2"]
 
 

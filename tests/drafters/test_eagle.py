@@ -4,11 +4,10 @@ import json
 
 import pytest
 import torch
-from conftest import NUM_LAYERS, skip_sets
+from conftest import NUM_LAYERS, assert_same_up_to_near_tie, reference_greedy, skip_sets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
-from test_engine import assert_same_up_to_near_tie, reference_greedy
 from transformers import LlamaConfig
 
 from specsparse.decoding.engine import speculative_generate
@@ -78,7 +77,7 @@ def test_a_saved_head_loads_back_identically(models, tmp_path, layout, trimmed):
 
 
 def test_a_head_with_its_own_vocabulary_is_refused_by_the_vocabulary_search_before_loading(models, tmp_path):
-    from test_app import plan_for
+    from conftest import plan_for
 
     from specsparse.drafters.eagle.checkpoint import own_vocabulary
     from specsparse.jobs.config import ConfigError

@@ -22,7 +22,7 @@ from specsparse.study.runners.local import configurations_per_pass, measure_in_p
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARGS = [
     "model=tiny", "logger=none", "domain=translation", "domain.limit=28", "generation.max_new_tokens=32",
     "search=bfs", "tss.max_depth=2", "tss.max_pool=null", "tss.guard=task", "evaluate_test=false", "progress=false",

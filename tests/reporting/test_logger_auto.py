@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from specsparse.jobs.config import ConfigError, build_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan_for(overrides: list[str], tmp_path: Path):

@@ -21,7 +21,7 @@ from specsparse.study.store import ResultsStore, StoreError, measurement_from_di
 from specsparse.types import Candidate, Measurement, PromptResult
 from specsparse.util import content_hash
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def measurement(a=2.5, metric=0.4, early_stopped=False, n_prompts=2):

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import wandb_records
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -22,42 +22,8 @@ from specsparse.reporting.records import JobRecord
 from specsparse.reporting.wandb_logger import WandbLogger, artifact_name, has_api_key, run_identity
 from specsparse.reporting.wandb_report import job_group, report_definition, runset_filters, to_wandb_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
-
-def wandb_records(run_file: Path) -> list:
-    """The protobuf records of a .wandb file (a LevelDB-style log of 32 KiB blocks after a 7-byte
-    header; each chunk has a 7-byte header: crc32, length, type)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = run_file.read_bytes()
-    assert data[:4] == b":W&B"
-    block, pos, pending, records = 32768, 7, b"", []
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:  # zero padding up to the end of the block
-            pos += left
-            continue
-        chunk = data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind == 1:
-            records.append(chunk)
-        elif kind == 2:
-            pending = chunk
-        elif kind == 3:
-            pending += chunk
-        elif kind == 4:
-            records.append(pending + chunk)
-    out = []
-    for raw in records:
-        record = pb.Record()
-        record.ParseFromString(raw)
-        out.append(record)
-    return out
 
 
 def test_offline_run_is_written_under_the_job_folder(tmp_path):

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from specsparse.jobs import sweep as sweep_module
 from specsparse.jobs.sweep import SweepSummary, sweep_rows, to_csv, to_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_job(folder: Path, summary: dict | None = None, reproduce: dict | None = None) -> None:
@@ -117,7 +117,7 @@ def test_preset_line():
 def test_a_hydra_sweep_ends_with_the_table(tmp_path):
     """Two jobs, one with a bad value: the table has both, the sweep exits 2; each job logged its preset
     (console and run.log) and its W&B run went to the sweep's group under a unique name."""
-    from test_wandb import wandb_records
+    from conftest import wandb_records
 
     sweep = tmp_path / "multirun" / "2026-12-02_05-40-00-123456"
     done = subprocess.run(

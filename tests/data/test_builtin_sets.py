@@ -18,7 +18,7 @@ import pytest
 
 from specsparse.data import DOMAINS, Example, get_domain, load_examples, split_examples
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILTIN = ROOT / "specsparse" / "data" / "builtin"
 SCRIPT = ROOT / "scripts" / "build_builtin_sets.py"
 

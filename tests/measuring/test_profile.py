@@ -49,7 +49,7 @@ from specsparse.study.store import ResultsStore
 from specsparse.types import Component, GenerationConfig, Measurement
 from specsparse.util import file_sha256
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 PROFILE = CostProfile(identity={"test": 1}, num_layers=10, vocab_size=100, single=(0.004, 0.001),
                       verify=(0.010, 0.002, 0.001, 0.0005), head_per_row=1e-6)
 TINY_SPEC = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),

@@ -18,10 +18,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from specsparse.data import get_domain
 from specsparse.drafters import DRAFTERS
-from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
-from specsparse.study.driver import measure_through_store
-from specsparse.study.runners.local import measure_in_passes
+from specsparse.measuring.evaluation import EvaluationSpec
+from specsparse.study.runners.local import LocalRunner
 from specsparse.study.store import ResultsStore
+from specsparse.study.study import Study
 from specsparse.types import Candidate, Component, GenerationConfig
 
 
@@ -49,14 +49,10 @@ def main() -> None:
                 model=args.model,
                 drafter=Component(DRAFTERS[drafter]),
                 domain=get_domain(domain, source=args.source, path=args.path, limit=args.limit),
-                split=args.split,
                 generation=GenerationConfig(max_new_tokens=args.max_new_tokens, num_draft_tokens=5),
             )
-            evaluator = Evaluator(spec)
             start = time.perf_counter()
-            description = evaluator.describe()
-            (m,) = measure_through_store([Candidate()], lambda todo, on_measured, e=evaluator: measure_in_passes(e, todo, None, on_measured),
-                                         store, evaluator.key, lambda c, d=description: d)
+            (m,) = Study(spec, LocalRunner(progress=False), store).measure([Candidate()], args.split)
             seconds = time.perf_counter() - start
             metric = "n/a" if m.metric is None else f"{100 * m.metric:.1f}"
             print(f"| {domain} | {args.source} | {drafter} | {len(m.per_prompt)} | {m.accept_length:.3f} | {metric} "

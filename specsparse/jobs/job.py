@@ -75,7 +75,7 @@ def run_job(
     job = JobResult(
         domain=spec.domain.name, search_result=result, test_dense=test_dense, test_selected=test_selected,
         output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=calibration.target.num_layers,
-        description=calibration.describe(), timing=timing, eps_metric=getattr(strategy, "rule", TSSRule()).eps_metric,
+        description=study.description("calibration"), timing=timing, eps_metric=getattr(strategy, "rule", TSSRule()).eps_metric,
         metric=calibration.domain.metric, guard=strategy.quality_guard(), draws_test=draws_test,
         vocab_comparison=compared, cost_profiles=cost_profiles(runner, calibration),
     )

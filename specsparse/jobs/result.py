@@ -31,7 +31,7 @@ class JobResult:
     output_dir: Path
     wall_time_s: float
     num_layers: int = 0
-    description: dict[str, Any] = field(default_factory=dict, compare=False)  # Evaluator.describe() of the search
+    description: dict[str, Any] = field(default_factory=dict, compare=False)  # Study.description() of the search (study.keys)
     timing: SideBySide | None = None  # plain decoding, dense and selected on the test split, side by side
     eps_metric: float = TSSRule.eps_metric  # the search's metric tolerance, which the held-out verdict applies too
     metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)

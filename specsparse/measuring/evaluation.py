@@ -1,7 +1,7 @@
 """An evaluation is a pure function of (model, drafter, domain split, candidate, generation settings).
 
-`EvaluationSpec` holds all of it as plain data (picklable, hashable into a store key); `Evaluator`
-turns it into objects once (the model is loaded once per process, `load_model_cached`), measures
+`EvaluationSpec` holds all of it as plain data (picklable; `specsparse.study.keys` hashes it into a
+store key); `Evaluator` turns it into objects once (the model is loaded once per process, `load_model_cached`), measures
 candidates on one split and prices them (`Evaluator.price`, the one place a measurement meets the
 cost profile). Whoever measures holds its Evaluators: a job's `specsparse.study.Study`, a Ray
 worker; both runners measure through `specsparse.study.runners.local.measure_in_passes`.
@@ -10,17 +10,14 @@ worker; both runners measure through `specsparse.study.runners.local.measure_in_
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from specsparse import __version__
 from specsparse.data import Domain, get_domain
 from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.drafter import Drafter
@@ -30,7 +27,7 @@ from specsparse.measuring.profile import DraftCost, draft_cost, pinned_profile, 
 from specsparse.measuring.profile_fit import CostProfile
 from specsparse.measuring.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
-from specsparse.util import checkpoint_sha256, content_hash, file_sha256
+from specsparse.util import content_hash
 
 log = logging.getLogger(__name__)
 
@@ -65,22 +62,6 @@ class EvaluationSpec:
 
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """Hash of the sources that can change a measurement (engine, drafters, data, metrics, ...)."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256(__version__.encode())
-    parts = ["decoding", "drafters", "data", "metrics", "measuring/measure.py", "measuring/replay.py",
-             "measuring/vocab.py"]
-    for part in parts:
-        path = root / part
-        for file in sorted(path.rglob("*") if path.is_dir() else [path]):
-            if file.suffix in (".py", ".jsonl", ".yaml"):
-                digest.update(file.relative_to(root).as_posix().encode())
-                digest.update(file.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 class Evaluator:
     """Measures candidates for one EvaluationSpec. `calibration`: the Evaluator of the spec's
     calibration split, whose vocabulary a trimmed head keeps on every split (made when needed)."""
@@ -98,39 +79,10 @@ class Evaluator:
         self.continuations: Continuations = {}  # greedy generations, shared by every candidate's replay
         self.batch_size = spec.measure.batch_size or auto_batch_size(self.target, spec.generation)
         # Build a drafter once before anything is keyed: a checkpoint its recipe trains on first use
-        # (drafter=eagle with train) must exist when its files are hashed into the keys.
+        # (drafter=eagle with train) must exist when its files are hashed into the keys (`study.keys`).
         built = self.drafter_factory(None)()
         # The drafter as serving rebuilds what this measures (the config map records it).
         self.recorded_drafter = Component(spec.drafter.class_path, built.recorded_options(spec.drafter.options))
-
-    # -- identity ------------------------------------------------------------------------------
-    def describe(self) -> dict[str, Any]:
-        """Everything that affects a measurement, as JSON-able data (the store meta and key base)."""
-        spec = asdict(self.spec)
-        spec["measure"].pop("batch_size")
-        spec.pop("cost_profile")  # prices, never changes, a measurement (see EvaluationSpec)
-        spec["model_identity"] = self.target.identity
-        spec["example_ids"] = [ex.id for ex in self.examples]
-        spec["vocab_corpus_files"] = {  # a corpus file edited in place measures anew
-            entry: file_sha256(entry) for entry in self.spec.vocab_corpus if Path(entry).is_file()
-        }
-        spec["drafter_files"] = {  # a drafter checkpoint retrained, or its corpus edited, in place measures anew
-            **{option: checkpoint_sha256(value) for option, value in self.spec.drafter.options.items()
-               if option in ("path", "source") and isinstance(value, str) and Path(value).is_dir()},
-            **{entry: file_sha256(entry) for entry in self.spec.drafter.options.get("corpus") or ()
-               if Path(entry).is_file()},
-        }
-        spec["code_version"] = code_version()
-        return spec
-
-    @functools.cached_property
-    def _description_hash(self) -> str:
-        return content_hash(self.describe())
-
-    def key(self, candidate: Candidate, thresholds: tuple | None = None) -> str:
-        if self.spec.measure.mode != "engine":
-            thresholds = None  # replay measures the whole split: the thresholds cannot change it
-        return content_hash({"spec": self._description_hash, "candidate": candidate, "early_reject": thresholds})
 
     # -- measuring -----------------------------------------------------------------------------
     def evaluate(self, candidate: Candidate, thresholds: tuple | None = None, progress: bool = True) -> Measurement:

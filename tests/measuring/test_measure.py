@@ -11,7 +11,7 @@ from specsparse.data import build_messages, get_domain, load_examples
 from specsparse.data.corpus import builtin_responses
 from specsparse.decoding.generation import generate_text
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter, TokenRecyclingDrafter
-from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, MeasureSpec
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.measuring.measure import EarlyReject, layer_flops_fraction, measure
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -77,27 +77,6 @@ def spec():
         domain=get_domain("qa", limit=10),
         generation=CONFIG,
     )
-
-
-def test_store_keys_change_with_every_setting(spec):
-    base = Evaluator(spec)
-    key = base.key(Candidate((1,)))
-    assert key == Evaluator(spec).key(Candidate((1,)))
-    variants = [
-        replace(spec, generation=replace(CONFIG, num_draft_tokens=4)),
-        replace(spec, drafter=Component(spec.drafter.class_path, {"skip_layers": [1]})),
-        replace(spec, domain=replace(spec.domain, limit=9)),
-        replace(spec, domain=replace(spec.domain, split_seed=1)),
-        replace(spec, split="test"),
-        replace(spec, dtype="bfloat16"),
-    ]
-    keys = {Evaluator(v).key(Candidate((1,))) for v in variants}
-    assert key not in keys and len(keys) == len(variants)
-    assert base.key(Candidate((2,))) != key and base.key(Candidate((1,), vocab_size=50)) != key
-    assert base.key(Candidate((1,)), thresholds=(1.0, None)) == key  # replay measures every prompt anyway
-    engine = Evaluator(replace(spec, measure=MeasureSpec(mode="engine")))
-    assert engine.key(Candidate((1,)), thresholds=(1.0, None)) != engine.key(Candidate((1,))) != key
-    assert Evaluator(replace(spec, measure=MeasureSpec(batch_size=3))).key(Candidate((1,))) == key  # batch size: same results
 
 
 def test_trimmed_vocabulary_keeps_end_of_sequence_and_the_output(spec):

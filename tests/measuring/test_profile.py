@@ -44,6 +44,7 @@ from specsparse.measuring.profile_fit import (
     profile_checks,
 )
 from specsparse.search.rule import TSSRule
+from specsparse.study.keys import describe
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.store import ResultsStore
 from specsparse.types import Component, GenerationConfig, Measurement
@@ -291,7 +292,7 @@ def test_a_pinned_profile_reaches_the_evaluation_spec_but_not_its_store_keys(tmp
     config = composed(["model=tiny", "logger=none", "domain.limit=10", "cost.profile=ok.json"])
     plan = build_plan(config, output_dir=tmp_path / "job", cwd=tmp_path)
     assert plan.evaluation.cost_profile == str(tmp_path / "ok.json")
-    assert Evaluator(plan.evaluation).describe() == Evaluator(replace(plan.evaluation, cost_profile=None)).describe()
+    assert describe(Evaluator(plan.evaluation)) == describe(Evaluator(replace(plan.evaluation, cost_profile=None)))
 
 
 def test_a_pinned_profile_of_another_model_is_refused_when_it_loads(tiny, models, tmp_path):

@@ -12,6 +12,7 @@ from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, Evaluator
 from specsparse.search.bfs import BFSSearch
 from specsparse.search.rule import TSSRule
 from specsparse.study.driver import measure_through_store, run_search
+from specsparse.study.keys import describe, store_key
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.store import ResultsStore
 from specsparse.study.study import Study
@@ -33,14 +34,15 @@ def test_a_study_searches_and_measures_as_the_driver_by_hand(tmp_path):
     calibration, test = Evaluator(SPEC), Evaluator(SPEC.with_split("test"))
     strategy = BFSSearch.from_evaluator(calibration, rule=RULE)
     thresholds = strategy.feasibility_thresholds()
-    description = {**calibration.describe(), "search": strategy.name}
+    described = {split: describe(evaluator) for split, evaluator in (("calibration", calibration), ("test", test))}
+    description = {**described["calibration"], "search": strategy.name}
     expected = run_search(
         strategy, lambda todo, on_measured: runner.evaluate_batch(calibration, todo, thresholds, on_measured),
-        store=by_hand, key_fn=lambda c: calibration.key(c, thresholds), meta_fn=lambda c: description,
+        store=by_hand, key_fn=lambda c: store_key(described["calibration"], c, thresholds), meta_fn=lambda c: description,
         progress=False, price=lambda c, m: runner.price(calibration, c, m))
     expected_test = measure_through_store(
         [expected.baseline, expected.selected], lambda todo, on_measured: runner.evaluate_batch(test, todo, None, on_measured),
-        by_hand, test.key, lambda c: test.describe(), price=lambda c, m: runner.price(test, c, m))
+        by_hand, lambda c: store_key(described["test"], c), lambda c: described["test"], price=lambda c, m: runner.price(test, c, m))
 
     study = Study(SPEC, runner, ResultsStore(tmp_path / "study.sqlite"), progress=False)
     result = study.search(BFSSearch.from_evaluator(study.evaluator("calibration"), rule=RULE))

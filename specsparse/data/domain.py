@@ -66,6 +66,10 @@ class Domain:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exclude_ids", tuple(self.exclude_ids))
+        for name in ("metric", "answer_format", "input_template", "turn_template"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and (name != "metric" or value is not None):
+                raise ValueError(f"{name} must be a string, got {value!r}")
         if self.metric is not None and self.metric not in METRICS:
             raise ValueError(f"metric {self.metric!r} is unknown: use one of {', '.join(METRICS)} or null")
         if self.answer_format not in ANSWER_FORMATS:
@@ -135,7 +139,10 @@ class Domain:
 
 def _read_definitions() -> dict[str, Domain]:
     domains = {}
-    for file in sorted(DEFINITIONS.glob("*.yaml"), key=lambda f: ((LISTING_ORDER + (f.stem,)).index(f.stem), f.stem)):
+    def listed(file: Path) -> tuple[int, str]:  # LISTING_ORDER first, any other definition after it
+        return (LISTING_ORDER.index(file.stem) if file.stem in LISTING_ORDER else len(LISTING_ORDER), file.stem)
+
+    for file in sorted(DEFINITIONS.glob("*.yaml"), key=listed):
         domain = Domain(**yaml.safe_load(file.read_text()))
         if domain.name != file.stem:
             raise ValueError(f"{file} defines domain {domain.name!r}: name it {domain.name}.yaml")

@@ -43,9 +43,6 @@ def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Dom
     fraction = cfg.get("calibration_fraction", 0.2)
     if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise ConfigError(f"domain.calibration_fraction must be in (0, 1), got {fraction!r}")
-    for key in ("input_template", "turn_template"):
-        if key in cfg and not isinstance(cfg[key], str):
-            raise ConfigError(f"domain.{key}={cfg[key]!r} must be a string")
     try:
         spec = Domain(**{**cfg, "path": path, "options": dict(cfg.get("options") or {}),
                          "calibration_fraction": float(fraction), "split_seed": seed_option(cfg, "split_seed", "domain.split_seed"),

@@ -1,4 +1,4 @@
-"""Ray Tune runner vs the local runner on one 16-measurement sweep (one batch, as a random search sends).
+"""Ray runner vs the local runner on one 16-measurement sweep (one batch, as a random search sends).
 
     python scripts/bench_ray.py                       # SmolLM2-135M, quickstart settings, 2 CPU workers
     python scripts/bench_ray.py --model tiny --json bench_ray.json
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specsparse.data import get_domain  # noqa: PLC0415
     from specsparse.decoding.models import load_model_cached  # noqa: PLC0415
-    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator  # noqa: PLC0415
+    from specsparse.measuring.evaluation import EvaluationSpec  # noqa: PLC0415
     from specsparse.study.runners.local import LocalRunner  # noqa: PLC0415
     from specsparse.study.runners.ray import RayRunner  # noqa: PLC0415
     from specsparse.types import GenerationConfig  # noqa: PLC0415
@@ -65,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     batch = candidates(num_layers, args.measurements)
 
     local = LocalRunner(progress=False)
-    evaluator = Evaluator(spec)  # load outside the timing, as the Ray workers' load is reported apart
+    local.call(spec, lambda evaluator: None)  # load outside the timing, as the Ray workers' load is reported apart
     default_threads = torch.get_num_threads()
     local_s: dict[str, float] = {}
     for threads in args.local_threads:
         torch.set_num_threads(threads or default_threads)
         start = time.perf_counter()
-        local_results = local.evaluate_batch(evaluator, batch)
+        local_results = local.evaluate_batch(spec, batch)
         local_s[f"local_{torch.get_num_threads()}_threads_s"] = round(time.perf_counter() - start, 2)
     torch.set_num_threads(default_threads)
     best_local = min(local_s.values())
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     runner = RayRunner(num_workers=args.workers, cpus_per_trial=args.cpus_per_trial)
     try:
         first = time.perf_counter()
-        ray_results = runner.evaluate_batch(evaluator, batch)
+        ray_results = runner.evaluate_batch(spec, batch)
         first_batch_s = time.perf_counter() - first
         ray_total_s = time.perf_counter() - start
         second = time.perf_counter()
-        runner.evaluate_batch(evaluator, batch)
+        runner.evaluate_batch(spec, batch)
         ray_batch_s = time.perf_counter() - second
     finally:
         runner.close()

@@ -169,15 +169,13 @@ class Component:
 
     def build(self, **context: Any) -> Any:
         """An instance from the options and `context`, the objects the caller holds besides the config.
-        Drafters and search strategies derive constructor arguments from theirs, so their class method
-        receives it: `from_target` a drafter's (`target`, `vocab_ids` and its `job_context`),
-        `from_evaluator` a strategy's (`evaluator`, the calibration split). Other classes (runners,
-        loggers) are constructed, with the `context` values their constructor names and the options
-        leave unset (a runner's `output_dir`)."""
+        Drafters derive constructor arguments from theirs, so their class method receives it:
+        `from_target` a drafter's (`target`, `vocab_ids` and its `job_context`). Other classes (search
+        strategies, runners, loggers) are constructed, with the `context` values their constructor names
+        and the options leave unset (a strategy's `Evaluator.search_context`, a runner's `output_dir`)."""
         cls = self.cls
-        for method in ("from_target", "from_evaluator"):
-            if hasattr(cls, method):
-                return getattr(cls, method)(**context, **self.options)
+        if hasattr(cls, "from_target"):
+            return cls.from_target(**context, **self.options)
         params = inspect.signature(cls).parameters
         return cls(**self.options, **{k: v for k, v in context.items() if k in params and k not in self.options})
 

@@ -9,7 +9,6 @@ A change meant to alter results records them anew, and its diff under tests/gold
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -17,12 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import COMPARED_FILES, untimed_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
-COMPARED_FILES = ("measurements.csv", "samples.jsonl")
-# summary.json keys that timing cannot change (under a pinned profile); the rest hold wall times.
-COMPARED_SUMMARY_KEYS = ("domain", "strategy", "selected_skip_layers", "calibration", "test", "intervals", "fidelity")
 
 TINY_SWEEP = ["-m", "model=tiny", "domain=qa,translation", "search=bfs,greedy", "domain.limit=8",
               "generation.max_new_tokens=12", "tss.max_depth=2"]
@@ -40,11 +37,6 @@ def run_jobs(name: str, overrides: list[str], tmp_path: Path) -> dict[str, Path]
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return {job.parent.name: job.parent for job in sorted((out / "jobs").glob("**/summary.json"))}
-
-
-def untimed_summary(job: Path) -> str:
-    summary = json.loads((job / "summary.json").read_text())
-    return json.dumps({key: summary[key] for key in COMPARED_SUMMARY_KEYS}, indent=1) + "\n"
 
 
 def assert_same_as_golden(name: str, jobs: dict[str, Path]) -> None:

@@ -93,6 +93,9 @@ def device_problem(device: str) -> str | None:
     return None
 
 
+LOADED: list[str] = []  # every model this process loaded (with runner=ray a job's process loads none)
+
+
 def load_model(
     source: str = "smollm2-135m", dtype: str = "float32", device: str = "cpu", forward_path: str = "auto"
 ) -> LoadedModel:
@@ -103,6 +106,7 @@ def load_model(
         (only works where the Hub cache already holds it, or when the user is online).
     `identity` describes the weights; the forward path is the model's own (`LoadedModel.forward_path`).
     """
+    LOADED.append(source)
     torch_dtype = resolve_dtype(dtype)
     path = resolve_forward_path(forward_path, device, dtype)
     if source.startswith("tiny"):

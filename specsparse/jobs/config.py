@@ -106,7 +106,11 @@ def build_plan(
     missing = [g for g in GROUPS if g not in config]
     if missing:
         raise ConfigError(f"configuration lacks group(s) {missing}: compose it from conf/config.yaml")
-    model = model_info(config["model"], cwd_path)
+    runner = _component(config["runner"], "runner", required="evaluate_batch")
+    model = model_info(config["model"], cwd_path, device_here=getattr(runner.cls, "loads_models_here", True))
+    if str(model.device).startswith("cuda") and not runner.options.get("gpus_per_trial", 1):
+        raise ConfigError(f"model.device={model.device!r} runs on the Ray workers, which hold no GPU: set "
+                          "runner.gpus_per_trial=1 (or model.device=cpu)")
     generation = _generation(config.get("generation") or {})
     measure = _measure(config.get("measure") or {})
     drafter = _drafter(config["drafter"], model, cwd_path)
@@ -115,7 +119,6 @@ def build_plan(
         raise ConfigError(f"drafter {drafter.name} drafts token trees, which verify greedily only: use "
                           "generation.temperature=0, or chains (leave out the drafter's tree / branches options)")
     search, max_measurements = _search(config["search"], model, drafter)
-    runner = _component(config["runner"], "runner", required="evaluate_batch")
     logger = _logger(config["logger"])
     evaluation = EvaluationSpec(
         model=model.source, dtype=model.dtype, device=model.device, forward_path=model.forward_path,

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from functools import partial
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -53,46 +55,52 @@ def run_job(
     vocab_comparison: VocabComparisonSpec | None = None,
 ) -> JobResult:
     """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`.
-    vocab_comparison (search=tpe_vocab): then the vocabulary paper's comparison on the test split."""
+    vocab_comparison (search=tpe_vocab): then the vocabulary paper's comparison on the test split.
+    Whatever needs the model runs through the runner (`Study.call`), where it measures."""
     start = time.perf_counter()
     study = Study(spec, runner, store, progress, on_told)
-    calibration = study.evaluator("calibration")
+    context = study.call("calibration", methodcaller("search_context", search.cls.context_arguments))
     try:
-        strategy = search.build(evaluator=calibration)
+        strategy = search.build(**context)
     except (TypeError, ValueError) as err:  # option values only a model and its data can check
         raise ConfigError(f"search {search.name}: {first_line(err)}") from None
     result = study.search(strategy, max_measurements)
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
-        test = study.evaluator("test")
         if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
-            compared, timing = compare_vocabularies(calibration, test, strategy, vocab_comparison, timing_prompts,
-                                                    progress)
+            compared, timing = study.call("test", partial(compare_vocabularies, strategy=strategy, options=vocab_comparison,
+                                                          timing_prompts=timing_prompts, progress=progress))
         test_dense, test_selected = study.measure([result.baseline, result.selected], "test")
-        timing = timing or time_on_test(test, calibration, result, timing_prompts, progress)
+        timing = timing or study.call("test", partial(time_on_test, result=result, timing_prompts=timing_prompts,
+                                                      progress=progress))
         if result.info.get("draws"):  # random search is reported as the mean over its draws too
             draws_test = study.measure([Candidate(tuple(d)) for d in result.info["draws"]], "test")
+    vocab_size = result.selected.vocab_size
     job = JobResult(
         domain=spec.domain.name, search_result=result, test_dense=test_dense, test_selected=test_selected,
-        output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=calibration.target.num_layers,
+        output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=context["num_layers"],
         description=study.description("calibration"), timing=timing, eps_metric=getattr(strategy, "rule", TSSRule()).eps_metric,
-        metric=calibration.domain.metric, guard=strategy.quality_guard(), draws_test=draws_test,
-        vocab_comparison=compared, cost_profiles=cost_profiles(runner, calibration),
+        metric=spec.domain.metric, guard=strategy.quality_guard(), draws_test=draws_test,
+        vocab_comparison=compared, cost_profiles=cost_profiles(runner),
+        recorded_drafter=study.call("calibration", attrgetter("recorded_drafter")),
+        draft_vocab_ids=None if vocab_size is None else tuple(study.call("calibration", methodcaller("vocab_ids", vocab_size))),
     )
-    write_job_outputs(job, calibration, study.evaluator("test").examples if evaluate_test else ())
+    write_job_outputs(job, study.call("calibration", attrgetter("examples")),
+                      study.call("test", attrgetter("examples")) if evaluate_test else ())
     return job
 
 
-def time_on_test(test: Evaluator, calibration: Evaluator, result: SearchResult, timing_prompts: int | None = 24,
+def time_on_test(test: Evaluator, result: SearchResult, timing_prompts: int | None = 24,
                  progress: bool = True) -> SideBySide:
     """Plain decoding, dense and selected timed side by side on the first `timing_prompts` test
-    prompts (None: all). Plain decoding (the dense target, no drafter) runs beside the speculative
+    prompts (None: all), by `test`, the Evaluator of the test split (a Ray worker's with runner=ray: one
+    device, held by that worker). Plain decoding (the dense target, no drafter) runs beside the speculative
     configurations, so a setup slower than not speculating cannot hide. A trimmed drafter keeps its
     calibration vocabulary."""
     configurations = [("plain", (), lambda: None)]
     for label, c in (("dense", result.baseline), ("selected", result.selected)):
         if label == "dense" or c != result.baseline:
-            configurations.append((label, c.skip_layers, calibration.drafter_factory(c.vocab_size)))
+            configurations.append((label, c.skip_layers, test.calibration.drafter_factory(c.vocab_size)))
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
     return time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
                              progress=progress)

@@ -31,9 +31,10 @@ class ModelInfo:
     vocab_size: int | None = None
 
 
-def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
+def model_info(cfg: Mapping[str, Any], cwd: Path, device_here: bool = True) -> ModelInfo:
     """The `model` group: a source that exists where it is a path, a dtype and a device this machine
-    has, and the depth where a local checkpoint tells it."""
+    has (`device_here`: the model loads in this process; with Ray workers the cluster checks it), and the
+    depth where a local checkpoint tells it."""
     source = cfg.get("source")
     if not isinstance(source, str) or not source:
         raise ConfigError("model.source must name a model (an embedded name, a .gguf file, a Hub id or a directory)")
@@ -56,7 +57,7 @@ def model_info(cfg: Mapping[str, Any], cwd: Path) -> ModelInfo:
     if dtype not in (*DTYPES, "auto"):
         raise ConfigError(f"model.dtype={dtype!r}: use one of {', '.join([*DTYPES, 'auto'])}")
     device = str(cfg.get("device", "cpu"))
-    if problem := device_problem(device):
+    if device_here and (problem := device_problem(device)):
         raise ConfigError(f"model.device={device!r}: {problem}")
     try:
         forward_path = resolve_forward_path(cfg.get("forward_path", "auto"), device, dtype)

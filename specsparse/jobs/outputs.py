@@ -24,34 +24,32 @@ from specsparse.util import atomic_write_text, strict_json
 if TYPE_CHECKING:
     from specsparse.data import Example
     from specsparse.jobs.result import JobResult
-    from specsparse.measuring.evaluation import Evaluator
 
 log = logging.getLogger(__name__)
 
 
-def write_job_outputs(job: JobResult, calibration: Evaluator, test_examples: Sequence[Example] = ()) -> None:
-    """config_map.{yaml,json} (with the trimmed head's token ids when searched), measurements.csv,
-    samples.jsonl (after a test evaluation, on `test_examples`), summary.json (strict JSON)."""
+def write_job_outputs(job: JobResult, calibration_examples: Sequence[Example], test_examples: Sequence[Example] = ()) -> None:
+    """config_map.{yaml,json} (with the trimmed head's token ids when searched; the calibration prompts
+    route requests), measurements.csv, samples.jsonl (after a test evaluation, on `test_examples`),
+    summary.json (strict JSON)."""
     out = job.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    vocab_size = job.search_result.selected.vocab_size
-    vocab_ids = None if vocab_size is None else calibration.vocab_ids(vocab_size)
     description = metric_description(job.metric)
     held_out = job.held_out()
     entry = replace(
-        domain_config_from_result(job.domain, job.search_result, job.num_layers, vocab_ids),
-        routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration.examples),  # as builtin_prompts
+        domain_config_from_result(job.domain, job.search_result, job.num_layers, job.draft_vocab_ids),
+        routing_prompts=tuple("\n\n".join(ex.turns) for ex in calibration_examples),  # as builtin_prompts
         metric_name=None if description is None else description["name"],
         verdict=held_out["verdict"],
         verdict_checks={name: {key: check[key] for key in ("interval", "threshold", "state")}
                         for name, check in held_out["checks"].items()},
     )
     config_map = ConfigMap(
-        model=calibration.spec.model,
+        model=job.description["model"],
         num_layers=job.num_layers,
         domains={job.domain: entry},
-        drafter=calibration.recorded_drafter,  # class and options, as measured: serving builds it
-        model_identity={k: v for k, v in calibration.target.identity.items() if k != "dtype"},
+        drafter=job.recorded_drafter,  # class and options, as measured: serving builds it
+        model_identity={k: v for k, v in job.description["model_identity"].items() if k != "dtype"},
     )
     write_config_map(out / "config_map", config_map)
     write_measurements_csv(out / "measurements.csv", job.search_result, job.metric)

@@ -19,7 +19,6 @@ from specsparse.util import content_hash, utc_now
 
 if TYPE_CHECKING:
     from specsparse.jobs.config import JobPlan
-    from specsparse.measuring.evaluation import Evaluator
     from specsparse.study.runners import Runner
 
 log = logging.getLogger(__name__)
@@ -91,17 +90,11 @@ def git_state(directory: Path) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def cost_profiles(runner: Runner, calibration: Evaluator) -> list[dict[str, Any]]:
-    """Records (`specsparse.measuring.profile.profile_record`) of every cost profile that priced the
-    search on the `calibration` split: the ones a runner priced with where it measured (Ray workers,
-    `profile_records`) and this process's where it priced (the local runner, store hits).
+def cost_profiles(runner: Runner) -> list[dict[str, Any]]:
+    """Records (`specsparse.measuring.profile.profile_record`) of every cost profile that priced the job's
+    measurements, where the runner measured them (the job's process, or Ray workers).
     One, unless workers on other hardware priced without a pinned profile (then a warning)."""
-    from specsparse.measuring.profile import profile_record  # noqa: PLC0415
-
-    records = list(getattr(runner, "profile_records", list)())
-    if "profile" in vars(calibration) or not records:  # a cached_property: set once it priced here
-        records.append(profile_record(calibration.profile))
-    unique = list({content_hash(r): r for r in records}.values())
+    unique = list({content_hash(r): r for r in runner.profile_records()}.values())
     if len(unique) > 1:
         log.warning("%d different cost profiles priced this search (workers on other hardware): pin one with "
                     "cost.profile=PATH so every configuration is priced alike", len(unique))

@@ -19,7 +19,7 @@ from specsparse.search.base import TASK_GUARD, SearchResult
 from specsparse.search.random import draw_statistics
 from specsparse.search.rule import TSSRule
 from specsparse.study.store import measurement_to_dict
-from specsparse.types import Candidate, Measurement
+from specsparse.types import Candidate, Component, Measurement
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class JobResult:
     draws_test: list[Measurement] | None = None  # random search: every draw on the test split
     vocab_comparison: dict[str, Any] | None = None  # `specsparse.jobs.vocab_comparison.compare_vocabularies`
     cost_profiles: list[dict[str, Any]] = field(default_factory=list)  # the profiles that priced the search
+    recorded_drafter: Component | None = None  # the drafter as measured, class and options (serving rebuilds it)
+    draft_vocab_ids: tuple[int, ...] | None = None  # the selected trimmed head's token ids (None: the full head)
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on

@@ -77,14 +77,15 @@ class VocabComparisonSpec:
 
 
 def compare_vocabularies(
-    calibration: Evaluator, test: Evaluator, strategy: TPEVocabSearch, options: VocabComparisonSpec,
-    timing_prompts: int | None, progress: bool = True,
+    test: Evaluator, strategy: TPEVocabSearch, options: VocabComparisonSpec, timing_prompts: int | None,
+    progress: bool = True,
 ) -> tuple[dict[str, Any], SideBySide]:
-    """The comparison on the `test` split (JSON-able: rows, the trained heads' training records, the
-    stability of k), and the job's own side-by-side timing (plain, dense, selected) taken from the
-    same runs."""
+    """The comparison on the `test` split, by its Evaluator (JSON-able: rows, the trained heads' training
+    records, the stability of k), and the job's own side-by-side timing (plain, dense, selected) taken
+    from the same runs. Vocabularies come from the calibration split (`test.calibration`)."""
     from specsparse.measuring.timing import time_side_by_side  # noqa: PLC0415
 
+    calibration = test.calibration
     skip = strategy.baseline.skip_layers
     vocab_size = calibration.target.model.config.vocab_size
     chosen = strategy.optimise().chosen.k

@@ -25,7 +25,7 @@ from specsparse.decoding.models import LoadedModel, load_model_cached
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
 from specsparse.measuring.profile import DraftCost, draft_cost, pinned_profile, price, profile_for
 from specsparse.measuring.profile_fit import CostProfile
-from specsparse.measuring.vocab import coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
+from specsparse.measuring.vocab import CoverageCurve, coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import content_hash
 
@@ -200,15 +200,38 @@ class Evaluator:
         # End-of-sequence tokens must stay draftable, or no draft could ever end a reply.
         return sorted(set(ids) | set(self.target.eos_token_ids))
 
-    def vocab_objective(self) -> tuple[Any, Any]:
+    def vocab_objective(self) -> tuple[CoverageCurve, Callable[[int], float]]:
         """(coverage C(k), latency reduction R(k)) for TPE vocabulary search, from the drafter's FLOPs."""
         vocab_size, hidden, body_flops = self.drafter_factory(None)().head_shape()
-        coverage = coverage_curve(self.token_counts)
+        latency_reduction = functools.partial(head_latency_reduction, vocab_size=vocab_size, hidden_size=hidden,
+                                              non_head_flops_per_token=body_flops)
+        return coverage_curve(self.token_counts), latency_reduction
 
-        def latency_reduction(k: int) -> float:
-            return head_latency_reduction(k, vocab_size, hidden, body_flops)
+    # -- what a search strategy is built from ----------------------------------------------------
+    def search_context(self, names: Sequence[str] = ()) -> dict[str, Any]:
+        """The constructor arguments a search strategy takes from the model and data
+        (`SearchStrategy.context_arguments`), as plain picklable values: the model's depth and vocabulary
+        size always; C(k) and R(k) (which generate the dense replies of the corpus), and the drafter's
+        share of a step by skip-set size, when `names` asks for them."""
+        context: dict[str, Any] = {"num_layers": self.target.num_layers,
+                                   "vocab_size": self.target.model.config.vocab_size}
+        if {"coverage", "latency_reduction"} & set(names):
+            context["coverage"], context["latency_reduction"] = self.vocab_objective()
+        if "draft_share" in names:
+            context["draft_share"] = DraftShares(tuple(self.draft_share(range(skipped))
+                                                       for skipped in range(self.target.num_layers)))
+        return context
 
-        return coverage, latency_reduction
+
+@dataclass(frozen=True)
+class DraftShares:
+    """The drafter's modeled share of a speculative step (`Evaluator.draft_share`) by the number of layers
+    skipped, which is all it depends on; called with a skip set."""
+
+    by_layers_skipped: tuple[float, ...]
+
+    def __call__(self, skip_layers: Sequence[int]) -> float:
+        return self.by_layers_skipped[len(skip_layers)]
 
 
 class Evaluators:

@@ -87,19 +87,13 @@ class SearchStrategy(abc.ABC):
     """
 
     name: ClassVar[str] = "search"
-    # Constructor arguments that come from the model and data (`from_evaluator`), not from the config.
+    # Constructor arguments that come from the model and data (`Evaluator.search_context`), not from the config.
     context_arguments: ClassVar[tuple[str, ...]] = ()
     # Picks a trimmed draft vocabulary (k rows of the drafter's LM head): the drafter needs one
     # (`Drafter.trims_vocabulary`).
     trims_vocabulary: ClassVar[bool] = False
     # Its selection can be compared with other draft vocabularies (the job's `vocab_comparison`).
     supports_vocab_comparison: ClassVar[bool] = False
-
-    @classmethod
-    def from_evaluator(cls, evaluator: Any, **options: Any) -> SearchStrategy:
-        """The strategy for a calibration split (`specsparse.measuring.evaluation.Evaluator`), with the
-        config's options (`Component.build` calls it with the evaluator)."""
-        return cls(**options)
 
     @abc.abstractmethod
     def ask(self) -> list[Candidate]:
@@ -138,10 +132,6 @@ class LayerSkipSearch(SearchStrategy):
     """
 
     context_arguments: ClassVar[tuple[str, ...]] = ("num_layers",)
-
-    @classmethod
-    def from_evaluator(cls, evaluator: Any, **options: Any) -> LayerSkipSearch:
-        return cls(num_layers=evaluator.target.num_layers, **options)
 
     def __init__(self, num_layers: int, rule: TSSRule = TSSRule(),
                  objectives: Sequence[str] = ("accept", "metric")) -> None:

@@ -35,13 +35,6 @@ class JointVocabSearch(BFSSearch):
     context_arguments = ("vocab_size", "coverage", "latency_reduction", "draft_share")
     trims_vocabulary = True
 
-    @classmethod
-    def from_evaluator(cls, evaluator: Any, **options: Any) -> JointVocabSearch:
-        coverage, latency_reduction = evaluator.vocab_objective()
-        return cls(num_layers=evaluator.target.num_layers, vocab_size=evaluator.target.model.config.vocab_size,
-                   coverage=coverage, latency_reduction=latency_reduction, draft_share=evaluator.draft_share,
-                   **options)
-
     def __init__(
         self,
         num_layers: int,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -61,13 +61,6 @@ class TPEVocabSearch(SearchStrategy):
     context_arguments = ("vocab_size", "coverage", "latency_reduction")
     trims_vocabulary = True
     supports_vocab_comparison = True
-
-    @classmethod
-    def from_evaluator(cls, evaluator: Any, **options: Any) -> TPEVocabSearch:
-        """C(k) from the calibration split's token frequencies, R(k) from the drafter's FLOPs."""
-        coverage, latency_reduction = evaluator.vocab_objective()
-        vocab_size = evaluator.target.model.config.vocab_size
-        return cls(vocab_size=vocab_size, coverage=coverage, latency_reduction=latency_reduction, **options)
 
     def __init__(
         self,

@@ -1,30 +1,36 @@
 """A study: what one job measures of one `EvaluationSpec`, and the one way it measures.
 
     study = Study(spec, runner, store)
+    context = study.call("calibration", methodcaller("search_context", names))   # where the model is
     result = study.search(strategy, budget)                  # on the calibration split
     dense, selected = study.measure([result.baseline, result.selected], "test")
 
-The study owns an `Evaluator` per split (the model loads once for both), the results-store keys and
-descriptions of what it measures (`specsparse.study.keys`), and the pricing of what the store serves (the runner's cost
-profile, never a stored timing). The driver's loop (`run_search`) and the store lookups
-(`measure_through_store`) are handed these, so a job's recipe (`specsparse.jobs.job.run_job`) only
-says what to measure.
+The study owns the results-store keys and descriptions of what it measures (`specsparse.study.keys`)
+and the pricing of what the store serves (the cost profile of the hardware that measures, never a
+stored timing). Everything that needs the model goes through the runner (`Runner.call`), which holds
+the Evaluators where it measures: in the job's process (local) or on Ray workers, so with `runner=ray`
+the job's process loads no model. The driver's loop (`run_search`) and the store lookups
+(`measure_through_store`) are handed these, so a job's recipe (`specsparse.jobs.job.run_job`) only says
+what to measure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from operator import methodcaller
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, Evaluators
 from specsparse.search.base import SearchResult, SearchStrategy
-from specsparse.study.driver import OnTold, measure_through_store, run_search
+from specsparse.study.driver import OnTold, Price, measure_through_store, run_search
 from specsparse.study.keys import describe, store_key
 from specsparse.types import Candidate, Measurement
 
 if TYPE_CHECKING:
+    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
     from specsparse.study.runners import Runner
     from specsparse.study.store import ResultsStore
+
+T = TypeVar("T")
 
 
 class Study:
@@ -38,41 +44,40 @@ class Study:
         self.store = store
         self.progress = progress
         self.on_told = on_told
-        self._evaluators = Evaluators()
         self._descriptions: dict[str, dict[str, Any]] = {}
 
-    def evaluator(self, split: str = "calibration") -> Evaluator:
-        """The Evaluator of `split`, made once (another split's keeps the calibration split's vocabulary:
-        a trimmed head is chosen there)."""
-        return self._evaluators(self.spec.with_split(split))
+    def call(self, split: str, function: Callable[[Evaluator], T]) -> T:
+        """`function(evaluator)` with the runner's Evaluator of `split` (see `Runner.call`)."""
+        return self.runner.call(self.spec.with_split(split), function)
 
     def description(self, split: str = "calibration") -> dict[str, Any]:
         """What a measurement on `split` depends on (`keys.describe`): the store's meta and key base."""
         if split not in self._descriptions:
-            self._descriptions[split] = describe(self.evaluator(split))
+            self._descriptions[split] = self.call(split, describe)
         return self._descriptions[split]
+
+    def price(self, split: str) -> Price:
+        """Prices a measurement of `split` (one the store serves) with the runner's cost profile."""
+        return lambda candidate, measurement: self.call(split, methodcaller("price", candidate, measurement))
 
     def search(self, strategy: SearchStrategy, budget: int | None = None) -> SearchResult:
         """Run `strategy` on the calibration split to completion (or `budget` new measurements)."""
-        calibration = self.evaluator("calibration")
+        spec = self.spec.with_split("calibration")
         thresholds = strategy.feasibility_thresholds()
         description = self.description("calibration")
         meta = {**description, "search": strategy.name}
         return run_search(
             strategy,
-            lambda candidates, on_measured: self.runner.evaluate_batch(calibration, candidates, thresholds,
-                                                                      on_measured),
+            lambda candidates, on_measured: self.runner.evaluate_batch(spec, candidates, thresholds, on_measured),
             budget=budget, store=self.store, key_fn=lambda c: store_key(description, c, thresholds),
-            meta_fn=lambda c: meta, progress=self.progress, on_told=self.on_told,
-            price=lambda c, m: self.runner.price(calibration, c, m),
+            meta_fn=lambda c: meta, progress=self.progress, on_told=self.on_told, price=self.price("calibration"),
         )
 
     def measure(self, candidates: Sequence[Candidate], split: str) -> list[Measurement]:
         """`candidates` measured on `split` (in order), served by the store where it has them."""
-        evaluator = self.evaluator(split)
+        spec = self.spec.with_split(split)
         description = self.description(split)
         return measure_through_store(
-            candidates, lambda todo, on_measured: self.runner.evaluate_batch(evaluator, todo, None, on_measured),
-            self.store, lambda c: store_key(description, c), lambda c: description,
-            price=lambda c, m: self.runner.price(evaluator, c, m),
+            candidates, lambda todo, on_measured: self.runner.evaluate_batch(spec, todo, None, on_measured),
+            self.store, lambda c: store_key(description, c), lambda c: description, price=self.price(split),
         )

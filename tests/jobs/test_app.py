@@ -4,6 +4,7 @@ loads), presets compose, and bad values fail before any model loads with one cle
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -89,14 +90,15 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "search":
         cls = plan.search.cls
         assert issubclass(cls, (LayerSkipSearch, TPEVocabSearch))
-        strategy = plan.search.build(evaluator=Evaluator(plan.evaluation))  # built as a job builds it
+        context = Evaluator(plan.evaluation).search_context(cls.context_arguments)
+        strategy = plan.search.build(**pickle.loads(pickle.dumps(context)))  # as a job builds it, from a Ray worker's context
         assert Candidate() in strategy.ask()  # proposes the dense baseline first
     elif group == "runner":
         assert hasattr(plan.runner.cls, "evaluate_batch")
         if option == "local":
             runner = plan.runner.build()
             assert isinstance(runner, LocalRunner)
-            [dense] = runner.evaluate_batch(Evaluator(plan.evaluation), [Candidate()])
+            [dense] = runner.evaluate_batch(plan.evaluation, [Candidate()])
             assert dense.new_tokens > 0 and len(dense.per_prompt) == plan.data["n_calibration"]
     elif group == "logger":
         if option == "none":
@@ -251,7 +253,7 @@ def test_a_domain_of_your_own_is_one_file(tmp_path):
                     tmp_path)
     assert plan.evaluation.domain.name == "poetry" and plan.evaluation.domain.metric == "answer_in_list"
     assert (plan.data["n_calibration"], plan.data["n_test"]) == (2, 8)
-    [dense] = LocalRunner().evaluate_batch(Evaluator(plan.evaluation), [Candidate()])
+    [dense] = LocalRunner().evaluate_batch(plan.evaluation, [Candidate()])
     assert len(dense.per_prompt) == 2 and dense.metric is not None
 
 

@@ -1,6 +1,7 @@
-"""The Ray Tune runner on CPU: same store keys, accept lengths and metrics as the local runner, models
-kept loaded between batches, fail-fast on GPUs that do not exist, and (slow) batch submission of a
-job to a Ray head started by the test."""
+"""The Ray runner on CPU: same store keys, accept lengths, metrics and outputs as the local runner, no
+model in the job's process, models kept loaded between batches, a killed worker restarted with the
+same measurements, fail-fast on GPUs that do not exist, and (slow) batch submission of a job to a Ray
+head started by the test."""
 
 from __future__ import annotations
 
@@ -12,20 +13,21 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import COMPARED_FILES, untimed_summary
 
 from specsparse.data import get_domain
 from specsparse.jobs.job import run_job
-from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+from specsparse.measuring.evaluation import EvaluationSpec
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
-from specsparse.study.runners.ray import RayResourceError, RayRunner, stop_orphaned_local_rays
-from specsparse.study.runners.ray_worker import spec_from_dict, spec_to_dict
+from specsparse.decoding.models import LOADED
+from specsparse.study.runners.ray import RayRunner
+from specsparse.study.runners.ray_cluster import RayResourceError, stop_orphaned_local_rays, workers_that_fit
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Component, GenerationConfig
 
@@ -39,22 +41,27 @@ SEARCH = Component("specsparse.search.bfs.BFSSearch",
                    {"rule": TSSRule(max_depth=2, max_pool=4, feasibility="point", guard="task")})
 
 
+TOKEN = secrets.token_hex(32)  # one per test process: Ray keeps the token it first read
+
+
 @pytest.fixture
 def ray_token(monkeypatch):
     """A token of our own: Ray's token auth then never writes ~/.ray/auth_token for these tests."""
-    monkeypatch.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-
-
-def test_spec_round_trips_through_a_plain_dict():
-    spec = EvaluationSpec(domain=get_domain("qa", exclude_ids=("a", "b"), options={"x": 1}))
-    assert spec_from_dict(spec_to_dict(spec)) == spec
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_gpu_request_on_a_machine_without_gpus_fails_before_ray_starts():
     with pytest.raises(RayResourceError, match="GPU"):
         RayRunner.check_options(num_workers=1, gpus_per_trial=1)
+
+
+def test_workers_that_fit_counts_per_node():
+    nodes = [{"CPU": 3.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 2.0}]
+    assert workers_that_fit(nodes, cpus=1, gpus=0) == 6
+    assert workers_that_fit(nodes, cpus=2, gpus=0) == 2  # no worker spans two nodes
+    assert workers_that_fit(nodes, cpus=1, gpus=1) == 2
 
 
 def rows_by_key(store_path: Path) -> dict[str, tuple]:
@@ -68,53 +75,74 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
     local_store.close()
 
     ray_store = ResultsStore(tmp_path / "ray.sqlite")
-    runner = RayRunner(num_workers=2, output_dir=tmp_path / "ray")
+    runner = RayRunner(num_workers=2)
+    loaded_here = len(LOADED)
     try:
         reported = []
         remote = run_job(SPEC, SEARCH, runner, ray_store, tmp_path / "ray", progress=False)
+        # Every model loaded on the workers: none in this process (search, test split, timing, outputs).
+        assert len(LOADED) == loaded_here
+        assert remote.timing is not None and remote.timing.labels[0] == "plain"
         # Same keys, same accept length and metric per configuration (costs are timings and differ),
         # hence the same selection (searches choose by analytic FLOPs cost, not by timings).
         ray_rows, local_rows = rows_by_key(tmp_path / "ray.sqlite"), rows_by_key(tmp_path / "local.sqlite")
         calibration = {k: v for k, v in local_rows.items() if v[0] == "calibration"}
         assert len(calibration) > 1 + 4
         assert {k: v for k, v in ray_rows.items() if v[0] == "calibration"} == calibration
-        dense_test = {k: v for k, v in local_rows.items() if v[:2] == ("test", ())}
-        assert len(dense_test) == 1 and dense_test.items() <= ray_rows.items()
+        assert ray_rows == local_rows
         assert set(remote.search_result.feasible) == set(local.search_result.feasible)
         assert remote.search_result.selected == local.search_result.selected
         assert [c for c, _ in remote.search_result.alternatives] == [c for c, _ in local.search_result.alternatives]
-        assert len(list((tmp_path / "ray" / "ray_tune").glob("calibration-batch-*"))) == 3  # one Tune run per BFS level
+        for name in COMPARED_FILES:
+            assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
+        assert untimed_summary(tmp_path / "ray") == untimed_summary(tmp_path / "local")
 
         # Measurements come back in candidate order (duplicates included) and are reported one by one.
+        pids = [p["pid"] for p in runner.placements]
         batch = [Candidate((2,)), Candidate(), Candidate((2,))]
-        out = runner.evaluate_batch(Evaluator(SPEC), batch, on_measured=lambda c, m: reported.append(c))
-        expected = LocalRunner(progress=False).evaluate_batch(Evaluator(SPEC), batch)
+        out = runner.evaluate_batch(SPEC, batch, on_measured=lambda c, m: reported.append(c))
+        expected = LocalRunner(progress=False).evaluate_batch(SPEC, batch)
         assert [(m.accept_length, m.metric) for m in out] == [(m.accept_length, m.metric) for m in expected]
         assert sorted(reported, key=lambda c: c.skip_layers) == [Candidate(), Candidate((2,))]
-
-        # The same two worker processes served every batch (four Tune runs): the model stays loaded.
-        worker_pids = {r["worker_pid"] for r in _trial_results(tmp_path / "ray" / "ray_tune")}
-        assert len(worker_pids) == 2, worker_pids
+        # The same two worker processes served every batch: the model stays loaded.
+        assert len(set(pids)) == 2 and [p["pid"] for p in runner.placements] == pids
+        assert len(runner.profile_records()) == 1
 
         # Joining a cluster without GPUs while asking for one fails at once instead of pending forever.
         t0 = time.perf_counter()
-        temporary = set(Path(tempfile.gettempdir()).glob("specsparse-tune-*"))
         with pytest.raises(RayResourceError, match="GPU"):
             RayRunner(num_workers=1, gpus_per_trial=1, address="127.0.0.1:1")  # Ray is already connected
         assert time.perf_counter() - t0 < 10
-        assert set(Path(tempfile.gettempdir()).glob("specsparse-tune-*")) == temporary  # its Tune folder is gone
     finally:
         runner.close()
         ray_store.close()
 
 
-def _trial_results(folder: Path) -> list[dict]:
-    import json
+def test_a_worker_killed_mid_batch_is_restarted_and_its_candidate_measured_again(ray_token):
+    """kill -9 of a worker actor's process while it measures: Ray restarts the actor and retries the
+    call, and the batch ends with the measurements an undisturbed run gives. A worker killed for good
+    (no restarts left) fails the batch with one line instead of hanging."""
+    batch = [Candidate(), *(Candidate((i,)) for i in range(4)), Candidate((1, 3))]
+    expected = LocalRunner(progress=False).evaluate_batch(SPEC, batch)
+    with RayRunner(num_workers=2, max_retries=2) as runner:
+        runner.evaluate_batch(SPEC, [Candidate()])  # workers up, model loaded
+        victim = runner.placements[0]["pid"]
+        killed = []
 
-    out = []
-    for file in folder.rglob("result.json"):
-        out.extend(json.loads(line) for line in file.read_text().splitlines() if line.strip())
-    return out
+        def kill_once(candidate, measurement):
+            if not killed:
+                os.kill(victim, signal.SIGKILL)
+                killed.append(candidate)
+
+        out = runner.evaluate_batch(SPEC, batch, on_measured=kill_once)
+        import ray
+
+        assert killed and ray.get(runner._workers[0].ready.remote())["pid"] != victim  # restarted
+        assert [(m.accept_length, m.metric, m.new_tokens) for m in out] == [
+            (m.accept_length, m.metric, m.new_tokens) for m in expected]
+        ray.kill(runner._workers[1], no_restart=True)
+        with pytest.raises(RayResourceError, match="lost and not restarted"):
+            runner.evaluate_batch(SPEC, [Candidate((0, 1)), Candidate((0, 2)), Candidate((0, 3))])
 
 
 # -- cluster submission ----------------------------------------------------------------------------

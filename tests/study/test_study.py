@@ -4,6 +4,7 @@ same keys, descriptions and pricing by hand (so stores written before it serve i
 from __future__ import annotations
 
 from dataclasses import replace
+from operator import methodcaller
 
 import pytest
 
@@ -13,7 +14,7 @@ from specsparse.search.bfs import BFSSearch
 from specsparse.search.rule import TSSRule
 from specsparse.study.driver import measure_through_store, run_search
 from specsparse.study.keys import describe, store_key
-from specsparse.study.runners.local import LocalRunner
+from specsparse.study.runners.local import LocalRunner, measure_in_passes
 from specsparse.study.store import ResultsStore
 from specsparse.study.study import Study
 from specsparse.types import Component, GenerationConfig
@@ -32,20 +33,21 @@ def test_a_study_searches_and_measures_as_the_driver_by_hand(tmp_path):
     runner = LocalRunner(progress=False)
     by_hand = ResultsStore(tmp_path / "by_hand.sqlite")
     calibration, test = Evaluator(SPEC), Evaluator(SPEC.with_split("test"))
-    strategy = BFSSearch.from_evaluator(calibration, rule=RULE)
+    strategy = BFSSearch(num_layers=calibration.target.num_layers, rule=RULE)
     thresholds = strategy.feasibility_thresholds()
     described = {split: describe(evaluator) for split, evaluator in (("calibration", calibration), ("test", test))}
     description = {**described["calibration"], "search": strategy.name}
     expected = run_search(
-        strategy, lambda todo, on_measured: runner.evaluate_batch(calibration, todo, thresholds, on_measured),
+        strategy, lambda todo, on_measured: measure_in_passes(calibration, todo, thresholds, on_measured, False),
         store=by_hand, key_fn=lambda c: store_key(described["calibration"], c, thresholds), meta_fn=lambda c: description,
-        progress=False, price=lambda c, m: runner.price(calibration, c, m))
+        progress=False, price=calibration.price)
     expected_test = measure_through_store(
-        [expected.baseline, expected.selected], lambda todo, on_measured: runner.evaluate_batch(test, todo, None, on_measured),
-        by_hand, lambda c: store_key(described["test"], c), lambda c: described["test"], price=lambda c, m: runner.price(test, c, m))
+        [expected.baseline, expected.selected], lambda todo, on_measured: measure_in_passes(test, todo, None, on_measured, False),
+        by_hand, lambda c: store_key(described["test"], c), lambda c: described["test"], price=test.price)
 
     study = Study(SPEC, runner, ResultsStore(tmp_path / "study.sqlite"), progress=False)
-    result = study.search(BFSSearch.from_evaluator(study.evaluator("calibration"), rule=RULE))
+    context = study.call("calibration", methodcaller("search_context", BFSSearch.context_arguments))
+    result = study.search(Component("specsparse.search.bfs.BFSSearch", {"rule": RULE}).build(**context))
     measured = study.measure([result.baseline, result.selected], "test")
     assert [(c, replace(m, wall_time_s=0)) for c, m in result.history] == [
         (c, replace(m, wall_time_s=0)) for c, m in expected.history]
@@ -53,7 +55,7 @@ def test_a_study_searches_and_measures_as_the_driver_by_hand(tmp_path):
     assert [row[:2] for row in stored(study.store)] == [row[:2] for row in stored(by_hand)]  # same keys and metadata
 
     again = Study(SPEC, runner, ResultsStore(tmp_path / "by_hand.sqlite"), progress=False)  # a store written before
-    served = again.search(BFSSearch.from_evaluator(again.evaluator("calibration"), rule=RULE))
+    served = again.search(BFSSearch(num_layers=calibration.target.num_layers, rule=RULE))
     assert served.n_measured == 0 and served.n_cache_hits == len(expected.history)
     assert served.selected == expected.selected
 

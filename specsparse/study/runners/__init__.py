@@ -1,36 +1,48 @@
-"""Runners measure batches of candidates for the job's `Evaluator`: `LocalRunner` with that Evaluator in
-the job's process, `RayRunner` as Ray Tune trials on workers that keep their own Evaluator of its spec
-(and the model) loaded. Both measure through `local.measure_in_passes`; the search driver, the results
-store and all writing stay in the job's process, so results do not depend on which runner measured them."""
+"""Runners measure for a job's `Study`, where the model is: `LocalRunner` in the job's process, `RayRunner`
+on Ray workers that hold the resources they asked for (the job's process then loads no model). Both
+hold their Evaluators in an `EvaluatorHost` and measure through `local.measure_in_passes`; the search
+driver, the results store and all writing stay in the job's process, so results do not depend on which
+runner measured them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from specsparse.types import Candidate, Measurement
 
 if TYPE_CHECKING:
-    from specsparse.measuring.evaluation import Evaluator
+    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
     from specsparse.study.driver import OnMeasured
+
+T = TypeVar("T")
 
 
 class Runner(Protocol):
-    """Measures candidates for an Evaluator the job holds; returns them in candidate order and calls
-    on_measured(candidate, measurement) as each one exists (so the caller can store it before the
-    batch ends)."""
+    """Measures candidates of an `EvaluationSpec` and answers what else a job asks of the model, on the
+    hardware that measures."""
 
     def evaluate_batch(
         self,
-        evaluator: Evaluator,
+        spec: EvaluationSpec,
         candidates: Sequence[Candidate],
         thresholds: tuple | None = None,
         on_measured: OnMeasured | None = None,
-    ) -> list[Measurement]: ...
+    ) -> list[Measurement]:
+        """Measurements of `candidates` in candidate order; on_measured(candidate, measurement) is called
+        in the job's process as each one exists (so the caller can store it before the batch ends)."""
+        ...
 
-    def price(self, evaluator: Evaluator, candidate: Candidate, measurement: Measurement) -> Measurement:
-        """`measurement` (e.g. served by the results store) priced by the cost profile that prices
-        what this runner measures (a Ray worker's, not the driver's)."""
+    def call(self, spec: EvaluationSpec, function: Callable[[Evaluator], T]) -> T:
+        """`function(evaluator)` with this runner's Evaluator of `spec` (the model loaded where the runner
+        measures), returning plain data: pricing, the search context, the side-by-side timing. On Ray it
+        runs on a worker, so `function` must be importable there (a module-level function, a
+        `functools.partial` of one, an `operator.methodcaller`)."""
+        ...
+
+    def profile_records(self) -> list[dict[str, Any]]:
+        """Records (`specsparse.measuring.profile.profile_record`) of the cost profiles that priced what
+        this runner measured and called, one per distinct profile."""
         ...
 
     def close(self) -> None: ...

@@ -1,16 +1,20 @@
-"""Measuring candidates in this process: the one function every runner measures with, and the
-runner that calls it directly with the job's Evaluator."""
+"""Measuring in this process: the one function every runner measures with, the `EvaluatorHost` that
+holds a process's Evaluators (the job's, or a Ray worker's), and the runner that uses one directly."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from specsparse.measuring.evaluation import Evaluators
 from specsparse.types import Candidate, Measurement
 
 if TYPE_CHECKING:
-    from specsparse.measuring.evaluation import Evaluator
+    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
     from specsparse.study.driver import OnMeasured
+
+T = TypeVar("T")
 
 
 def measure_in_passes(
@@ -42,24 +46,62 @@ def configurations_per_pass(batch_size: int, n_examples: int) -> int:
     return max(1, -(-batch_size // n_examples))
 
 
+class EvaluatorHost:
+    """A process's Evaluators, one per spec, made on first use and kept (the model loads once and every
+    greedy generation serves every later candidate), and the cost profiles they priced with."""
+
+    def __init__(self) -> None:
+        self.evaluators = Evaluators()
+        self._profiles: dict[str, dict[str, Any]] = {}
+
+    def evaluate(self, spec: EvaluationSpec, candidates: Sequence[Candidate], thresholds: tuple | None = None,
+                 on_measured: OnMeasured | None = None, progress: bool = True) -> list[Measurement]:
+        return self.call(spec, lambda evaluator: measure_in_passes(evaluator, candidates, thresholds, on_measured,
+                                                                   progress))
+
+    def call(self, spec: EvaluationSpec, function: Callable[[Evaluator], T]) -> T:
+        evaluator = self.evaluators(spec)
+        try:
+            return function(evaluator)
+        finally:
+            self._record_profile(evaluator)
+
+    def profile_records(self) -> list[dict[str, Any]]:
+        return list(self._profiles.values())
+
+    def _record_profile(self, evaluator: Evaluator) -> None:
+        """Keep a record of the profile `evaluator` priced with, once it has one (a cached property: after
+        pricing, as pricing a new drafter adds its step time to the profile)."""
+        if "profile" in vars(evaluator):
+            from specsparse.measuring.profile import profile_record  # noqa: PLC0415
+
+            record = profile_record(evaluator.profile)
+            self._profiles[json.dumps(record, sort_keys=True)] = record
+
+
 class LocalRunner:
-    """Runner protocol in the job's process, with the Evaluators the job hands it."""
+    """Runner protocol in the job's process: the model loads here, on first use."""
+
+    loads_models_here = True  # the job's own device must exist (checked with the config)
 
     def __init__(self, progress: bool = True):
         self.progress = progress
+        self.host = EvaluatorHost()
 
     def evaluate_batch(
         self,
-        evaluator: Evaluator,
+        spec: EvaluationSpec,
         candidates: Sequence[Candidate],
         thresholds: tuple | None = None,
         on_measured: OnMeasured | None = None,
     ) -> list[Measurement]:
-        return measure_in_passes(evaluator, candidates, thresholds, on_measured, self.progress)
+        return self.host.evaluate(spec, candidates, thresholds, on_measured, self.progress)
 
-    def price(self, evaluator: Evaluator, candidate: Candidate, measurement: Measurement) -> Measurement:
-        """`measurement` priced by the job's cost profile, as what it measures is."""
-        return evaluator.price(candidate, measurement)
+    def call(self, spec: EvaluationSpec, function: Callable[[Evaluator], T]) -> T:
+        return self.host.call(spec, function)
+
+    def profile_records(self) -> list[dict[str, Any]]:
+        return self.host.profile_records()
 
     def close(self) -> None:
-        """Nothing to release: the Evaluators are the job's."""
+        """Nothing to release: the Evaluators go with the runner."""

@@ -1,31 +1,32 @@
-"""Measure batches of candidates as Ray Tune trials on workers that keep the model loaded.
+"""Measure on Ray workers that keep the model loaded and hold the resources they asked for.
 
     runner = RayRunner(num_workers=4, gpus_per_trial=1)          # local Ray on 127.0.0.1
     runner = RayRunner(num_workers=8, address="10.0.0.5:6379")    # join an existing cluster
-    measurements = runner.evaluate_batch(evaluator, candidates)   # in candidate order
+    measurements = runner.evaluate_batch(spec, candidates)        # in candidate order
+    timing = runner.call(test_spec, partial(time_on_test, ...))   # on one worker's device
 
-The search driver stays in the calling process and hands over one batch at a time (a BFS level, a
-batch of random or TPE proposals). Each batch becomes one `tune.Tuner` run over
-`param_space={"candidate": tune.grid_search([...]), ...}` (a plain-dict config).
+The job's process loads no model: the search driver and the results store stay there, and everything
+that needs the model (measurements, pricing, the search context, the side-by-side timing) runs on the
+workers, `num_workers` Ray actors made once per runner. They are reserved together as a placement group
+(`cpus_per_trial` CPUs and `gpus_per_trial` GPUs each), so jobs of a sweep running at once queue for
+whole sets of workers instead of starving each other; a placement group waits as long as the cluster
+could ever hold it, and fails at once, in one line, when it could not.
 
-Why a pool of long-lived actors under the trials: Tune stops its trial actors at the end of every
-`Tuner.fit()` (`reuse_actors=True` reuses them only within one fit), so a model held by a trial
-process would be imported and loaded again for every batch (BENCHMARKS.md has the measured costs).
-The models therefore live in `num_workers` Ray actors created once per runner, which reserve the
-CPUs/GPUs (`cpus_per_trial`, `gpus_per_trial` each); a trial takes a free actor from a queue, has it
-measure its candidate and reports the measurement. Each actor keeps one `Evaluator` per spec, and the
-model through `specsparse.decoding.models.load_model_cached`, for as long as the runner lives (the
-actor and the trial are in `ray_worker`).
+Faults: a worker killed mid-batch (its process, or its node) is restarted by Ray (`max_restarts`), on
+another node when its node is gone (placement groups reschedule lost bundles), and the call it was running
+is retried there (`max_task_retries`); measurements are pure functions of their inputs, so the job
+ends with the same ones. A worker that stays unreachable for `worker_timeout_s` (no node can hold it
+any more) fails the job with one line instead of waiting forever.
 
-Resources are checked before anything is scheduled: a trial asking for GPUs the cluster does not
-have would stay PENDING forever, so that raises `RayResourceError` instead.
+Code: workers import specsparse from the job's runtime_env. Under `specsparse submit` (`ray job
+submit`) the job's own runtime_env (its working_dir) already carries it; joining a cluster from a shell
+(`runner.address=`), the runner ships the package itself (`py_modules`), with `runner.runtime_env`
+(Ray's format: pip, env_vars, ...) for anything else the workers need.
 
 Pricing: a measurement is priced where it is measured, by the worker's cost profile (its hardware,
-not the driver's), and the search driver keeps that price (`specsparse.study.driver.run_search`
-re-prices only what the results store serves, with the `price` it is given: `RayRunner.price` prices
-those on a worker too, so the driver's own profile prices nothing). With `cost.profile=PATH` every
-worker and the driver price with that one file (its text travels with each batch, for workers on
-machines without it). `profile_records` lists the profiles the workers priced with (reproduce.json).
+not the driver's), and what the results store serves is priced on a worker too (`Study.price`). With
+`cost.profile=PATH` every worker prices with that one file (its text travels with each call, for
+workers on machines without it). `profile_records` lists the profiles the workers priced with.
 """
 
 from __future__ import annotations
@@ -34,127 +35,43 @@ import json
 import logging
 import math
 import os
-import shutil
-import socket
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from specsparse.extras import require_installed
-from specsparse.study.driver import candidate_meta
-from specsparse.study.runners.ray_worker import (
-    EvaluationWorker,
-    candidate_from_dict,
-    run_trial,
-    spec_to_dict,
-)
-from specsparse.study.store import measurement_from_dict, measurement_to_dict
+from specsparse.study.runners.ray_cluster import RayResourceError, connect, probe, workers_that_fit
+from specsparse.study.runners.ray_worker import EvaluationWorker
 from specsparse.types import Candidate, Measurement
-from specsparse.util import is_int, is_number
+from specsparse.util import first_line, is_int, is_number
 
 if TYPE_CHECKING:
-    from specsparse.measuring.evaluation import Evaluator
+    from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
     from specsparse.study.driver import OnMeasured
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Item = TypeVar("Item")
 
-TRIAL_CPUS = 0.01  # a trial only dispatches to a worker actor and waits; the actor holds the resources
-
-
-# -- local Rays of drivers that died without shutting them down (kill -9) ----------------------------
-SESSIONS = Path(tempfile.gettempdir()) / "specsparse-ray"  # <driver pid>.json: the local Ray it started
-
-
-def _record_session(session_dir: str) -> Path:
-    SESSIONS.mkdir(parents=True, exist_ok=True)
-    record = SESSIONS / f"{os.getpid()}.json"
-    record.write_text(json.dumps({"session": Path(session_dir).name}))
-    return record
-
-
-def stop_orphaned_local_rays() -> int:
-    """Stop the processes of local Rays whose specsparse driver is gone (killed with -9: nothing ran
-    `ray.shutdown`), found by their session name on the command line. Returns how many were stopped.
-    Every `runner=ray` start calls it; Rays that other programs started are never touched."""
-    import psutil  # noqa: PLC0415 - a Ray dependency
-
-    stopped = 0
-    for record in SESSIONS.glob("*.json") if SESSIONS.is_dir() else ():
-        if not record.stem.isdigit() or psutil.pid_exists(int(record.stem)):
-            continue
-        try:
-            session = json.loads(record.read_text())["session"]
-        except (OSError, ValueError, KeyError):
-            session = None
-        if session:
-            leftovers = [p for p in psutil.process_iter(["cmdline"]) if any(session in a for a in p.info["cmdline"] or ())]
-            for process in leftovers:
-                try:
-                    process.kill()
-                    stopped += 1
-                except psutil.Error:
-                    pass
-            psutil.wait_procs(leftovers, timeout=10)
-        record.unlink(missing_ok=True)
-    if stopped:
-        log.warning("stopped %d process(es) of a local Ray left by a specsparse run that was killed", stopped)
-    return stopped
-
-
-class RayResourceError(ValueError):
-    """The requested resources do not exist in the Ray cluster (one-line message)."""
-
-
-def _probe(address: str, timeout_s: float = 5.0) -> None:
-    """Fail at once, in one line, when nothing listens at a cluster address (Ray itself retries the
-    GCS for minutes)."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"runner.address={address!r}: give HOST:PORT (or ray://HOST:PORT, or auto)")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as err:
-        raise RayResourceError(f"no Ray cluster answers at {address} ({err.strerror or err}): start one with "
-                               "`ray start --head` or fix runner.address") from None
-
-
-def _collector(sink: OnMeasured) -> Any:
-    """A Tune callback handing each trial's measurement to `sink` in this process.
-
-    Tune pickles its run config (callbacks included) into the experiment folder; the sink (which may
-    hold the results store) is process-local state and is left out of the pickle.
-    """
-    from ray import tune  # noqa: PLC0415
-
-    class Collect(tune.Callback):
-        def __init__(self, sink: OnMeasured | None):
-            self.sink = sink
-
-        def __getstate__(self) -> dict:
-            return {"sink": None}
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if self.sink is not None:
-                measurement = measurement_from_dict(json.loads(result["measurement_json"]))
-                self.sink(candidate_from_dict(trial.config["candidate"]), measurement)
-
-    return Collect(sink)
+POLL_S = 10.0  # how often a waiting runner checks that the workers it waits on are still there
 
 
 # -- the runner ------------------------------------------------------------------------------------
 class RayRunner:
-    """Runner protocol over Ray Tune; see the module docstring.
+    """Runner protocol on Ray workers; see the module docstring.
 
-    num_workers: worker actors (each with the model loaded) = trials running at once.
+    num_workers: worker actors (each with the model loaded) = candidates measured at once.
     gpus_per_trial, cpus_per_trial: resources each worker reserves (fractions allowed).
     address: an existing cluster ("HOST:PORT", "auto", "ray://..."); None starts a local Ray bound to
         127.0.0.1, or joins $RAY_ADDRESS when set (as under `ray job submit`).
-    output_dir: where Tune writes its trial records (<output_dir>/ray_tune); a temporary folder if None.
-    ready_timeout_s: how long the workers may take to be scheduled before the runner gives up.
+    runtime_env: what the workers need besides specsparse when joining a cluster by address (Ray's format).
+    max_retries: restarts of a lost worker, and retries of the call it was running.
+    worker_timeout_s: how long a worker may stay unreachable (lost, and not restarted) before the job fails.
     """
+
+    loads_models_here = False  # the job's process loads no model: device checks happen on the cluster
 
     def __init__(
         self,
@@ -162,26 +79,24 @@ class RayRunner:
         gpus_per_trial: float = 0,
         cpus_per_trial: float = 1,
         address: str | None = None,
-        output_dir: str | os.PathLike | None = None,
-        ready_timeout_s: float = 120.0,
+        runtime_env: Mapping[str, Any] | None = None,
+        max_retries: int = 3,
+        worker_timeout_s: float = 300.0,
     ):
-        self.check_options(num_workers, gpus_per_trial, cpus_per_trial, address)
+        self.check_options(num_workers, gpus_per_trial, cpus_per_trial, address, runtime_env, max_retries, worker_timeout_s)
         self.num_workers = num_workers
         self.gpus_per_trial = gpus_per_trial
         self.cpus_per_trial = cpus_per_trial
         self.address = address
-        self.ready_timeout_s = ready_timeout_s
-        base = Path(output_dir) if output_dir is not None else Path(tempfile.mkdtemp(prefix="specsparse-tune-"))
-        self._own_storage = None if output_dir is not None else base  # removed again by close()
-        self.storage_path = (base / "ray_tune").resolve()
+        self.runtime_env = dict(runtime_env or {})
+        self.max_retries = max_retries
+        self.worker_timeout_s = worker_timeout_s
         self._started_ray = False
         self._session_record: Path | None = None  # this driver's local Ray, for `stop_orphaned_local_rays`
-        # Tune's default console output (a box and result links per Tuner.fit) would repeat for every
-        # batch; the old reporter at verbose=0 prints nothing.
-        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         self._workers: list[Any] = []
-        self._free: Any = None
-        self._batches = 0
+        self._group: Any = None
+        self.placements: list[dict[str, Any]] = []  # where each worker runs (`EvaluationWorker.ready`)
+        self._unreachable_since: dict[int, float] = {}
         try:
             self._connect()
             self.num_workers = self._fit_workers()
@@ -192,7 +107,8 @@ class RayRunner:
     # -- checks ----------------------------------------------------------------------------------
     @staticmethod
     def check_options(
-        num_workers: int = 2, gpus_per_trial: float = 0, cpus_per_trial: float = 1, address: str | None = None, **_: Any
+        num_workers: int = 2, gpus_per_trial: float = 0, cpus_per_trial: float = 1, address: str | None = None,
+        runtime_env: Mapping[str, Any] | None = None, max_retries: int = 3, worker_timeout_s: float = 300.0, **_: Any,
     ) -> None:
         """Validate the options without starting Ray (RayResourceError or ValueError, one line)."""
         if not is_int(num_workers) or num_workers < 1:
@@ -201,10 +117,16 @@ class RayRunner:
             raise ValueError(f"gpus_per_trial and cpus_per_trial must be numbers, got {gpus_per_trial!r}, {cpus_per_trial!r}")
         if gpus_per_trial < 0 or cpus_per_trial <= 0:
             raise ValueError(f"need gpus_per_trial >= 0 and cpus_per_trial > 0, got {gpus_per_trial}, {cpus_per_trial}")
+        if not is_int(max_retries) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if not is_number(worker_timeout_s) or worker_timeout_s <= 0:
+            raise ValueError(f"worker_timeout_s must be a number of seconds > 0, got {worker_timeout_s!r}")
+        if runtime_env is not None and not isinstance(runtime_env, Mapping):
+            raise ValueError(f"runtime_env must be a mapping in Ray's format (pip, env_vars, ...), got {runtime_env!r}")
         require_installed("ray", extra="ray")
         ray = sys.modules.get("ray")  # a process already connected to Ray keeps using that connection
         if address not in (None, "auto", "local") and not (ray is not None and ray.is_initialized()):
-            _probe(address)
+            probe(address)
         if gpus_per_trial > 0 and address is None and not os.environ.get("RAY_ADDRESS"):
             import torch  # noqa: PLC0415
 
@@ -216,181 +138,174 @@ class RayRunner:
                 )
 
     def _connect(self) -> None:
-        import ray  # noqa: PLC0415
-
-        if ray.is_initialized():
-            return
-        stop_orphaned_local_rays()
-        address = self.address or os.environ.get("RAY_ADDRESS")
-        if address:
-            log.info("joining the Ray cluster at %s", address)
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        else:
-            import torch  # noqa: PLC0415
-
-            cpus = math.ceil(self.num_workers * (self.cpus_per_trial + TRIAL_CPUS)) + 1
-            log.info("starting a local Ray (127.0.0.1, %d CPUs)", cpus)
-            ray.init(
-                address="local",  # never attach to another Ray running on this machine by accident
-                num_cpus=cpus,
-                num_gpus=torch.cuda.device_count(),
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
-            self._session_record = _record_session(ray._private.worker._global_node.get_session_dir_path())
-        self._started_ray = not address
+        self._started_ray, self._session_record = connect(self.address, self.runtime_env,
+                                                          local_cpus=math.ceil(self.num_workers * self.cpus_per_trial) + 1)
 
     def _fit_workers(self) -> int:
-        """How many workers the cluster can hold; RayResourceError when not even one fits."""
+        """How many workers the cluster's live nodes can hold; RayResourceError when not even one fits."""
+        fit = self._workers_the_cluster_holds()
+        if fit < self.num_workers:
+            log.warning("the Ray cluster fits %d of the %d workers asked for: using %d", fit, self.num_workers, fit)
+        return min(fit, self.num_workers)
+
+    def _workers_the_cluster_holds(self) -> int:
         import ray  # noqa: PLC0415
 
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
         total = ray.cluster_resources()
-        gpus, cpus = total.get("GPU", 0.0), total.get("CPU", 0.0)
-        if self.gpus_per_trial > gpus:
+        if self.gpus_per_trial > total.get("GPU", 0.0):
             raise RayResourceError(
-                f"gpus_per_trial={self.gpus_per_trial} but the Ray cluster has {gpus:g} GPU(s): "
+                f"gpus_per_trial={self.gpus_per_trial} but the Ray cluster has {total.get('GPU', 0.0):g} GPU(s): "
                 "use runner.gpus_per_trial=0 or a cluster with GPUs (runner.address=...)"
             )
-        per_worker_cpu = self.cpus_per_trial + TRIAL_CPUS
-        fit = int((cpus + 1e-9) // per_worker_cpu)
-        if self.gpus_per_trial > 0:
-            fit = min(fit, int((gpus + 1e-9) // self.gpus_per_trial))
+        fit = workers_that_fit(nodes, self.cpus_per_trial, self.gpus_per_trial)
         if fit < 1:
             raise RayResourceError(
-                f"cpus_per_trial={self.cpus_per_trial} but the Ray cluster has {cpus:g} CPU(s): lower runner.cpus_per_trial"
+                f"no node of the Ray cluster has {self.cpus_per_trial:g} CPU(s) and {self.gpus_per_trial:g} GPU(s) "
+                f"for a worker (nodes: {[dict(n) for n in nodes]}): lower runner.cpus_per_trial or runner.gpus_per_trial"
             )
-        if fit < self.num_workers:
-            log.warning("the Ray cluster fits %d of the %d workers asked for (CPU %g, GPU %g): using %d",
-                        fit, self.num_workers, cpus, gpus, fit)
-        return min(fit, self.num_workers)
+        return fit
 
     # -- workers ---------------------------------------------------------------------------------
     def _ensure_workers(self) -> None:
+        """Reserve the workers' resources as one placement group (waiting while other jobs hold them),
+        then start the workers in it."""
         if self._workers:
             return
         import ray  # noqa: PLC0415
-        from ray.util.queue import Queue  # noqa: PLC0415
+        from ray.util.placement_group import placement_group  # noqa: PLC0415
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
 
+        bundle = {"CPU": self.cpus_per_trial, **({"GPU": self.gpus_per_trial} if self.gpus_per_trial else {})}
+        self._group = placement_group([dict(bundle) for _ in range(self.num_workers)], strategy="PACK")
+        waited = 0.0
+        while not self._group.wait(timeout_seconds=POLL_S):
+            waited += POLL_S
+            if self._workers_the_cluster_holds() < self.num_workers:
+                raise RayResourceError(f"the Ray cluster no longer holds {self.num_workers} worker(s) of {bundle}: "
+                                       "a node was lost; rejoin it or lower runner.num_workers")
+            if waited % 60 == 0:
+                log.info("waiting %.0f s for %d worker(s) of %s: the cluster's resources are busy (other jobs)",
+                         waited, self.num_workers, bundle)
         actor = ray.remote(EvaluationWorker)
         self._workers = [
-            actor.options(num_cpus=self.cpus_per_trial, num_gpus=self.gpus_per_trial).remote(
-                threads=max(1, int(self.cpus_per_trial))
-            )
-            for _ in range(self.num_workers)
+            actor.options(num_cpus=self.cpus_per_trial, num_gpus=self.gpus_per_trial, max_concurrency=2,
+                          max_restarts=self.max_retries, max_task_retries=self.max_retries,
+                          scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=i))
+            .remote(threads=max(1, int(self.cpus_per_trial)))
+            for i in range(self.num_workers)
         ]
         try:
-            pids = ray.get([w.ready.remote() for w in self._workers], timeout=self.ready_timeout_s)
+            self.placements = ray.get([w.ready.remote() for w in self._workers], timeout=self.worker_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise RayResourceError(
-                f"{self.num_workers} worker(s) with {self.cpus_per_trial} CPU / {self.gpus_per_trial} GPU each could "
-                f"not be scheduled within {self.ready_timeout_s:g} s (cluster: {ray.cluster_resources()})"
-            ) from None
-        self._free = Queue(actor_options={"num_cpus": 0})
-        for index in range(len(self._workers)):
-            self._free.put(index)
-        log.info("Ray workers ready (pids %s)", pids)
+            raise RayResourceError(f"{self.num_workers} worker(s) did not start within {self.worker_timeout_s:g} s "
+                                   f"(cluster: {ray.cluster_resources()})") from None
+        log.info("Ray workers ready: %s", ", ".join(
+            f"pid {p['pid']} on node {p['node_id'][:8]}" + (f" GPU {','.join(p['gpu_ids'])}" if p["gpu_ids"] else "")
+            for p in self.placements))
+
+    def _map(self, items: Sequence[Item], submit: Callable[[Any, Item], Any]) -> Iterator[tuple[Item, Any]]:
+        """(item, result) as each finishes: every item runs on a free worker (`submit(worker, item)` ->
+        its future), as `ray.util.ActorPool` does, while the runner checks that busy workers are alive."""
+        import ray  # noqa: PLC0415
+
+        self._ensure_workers()
+        todo, free = list(items), list(range(len(self._workers)))
+        running: dict[Any, tuple[Item, int]] = {}
+        while todo or running:
+            while todo and free:
+                worker = free.pop(0)
+                item = todo.pop(0)
+                running[submit(self._workers[worker], item)] = (item, worker)
+            done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+            if not done:
+                self._check_alive(sorted(w for _, w in running.values()))
+                continue
+            item, worker = running.pop(done[0])
+            free.append(worker)
+            self._unreachable_since.pop(worker, None)
+            yield item, _result(done[0])
+
+    def _check_alive(self, workers: Sequence[int]) -> None:
+        """Fail, in one line, when a busy worker has not answered for `worker_timeout_s` (lost, and Ray
+        could not restart it: its node is gone and no other node holds its resources)."""
+        import ray  # noqa: PLC0415
+
+        pings = {self._workers[w].ready.remote(): w for w in workers}
+        answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=POLL_S)
+        now = time.monotonic()
+        for ping, worker in pings.items():
+            if ping in answered:
+                self._unreachable_since.pop(worker, None)
+                continue
+            since = self._unreachable_since.setdefault(worker, now)
+            if now - since >= self.worker_timeout_s:
+                raise RayResourceError(
+                    f"Ray worker {worker} has been unreachable for {now - since:.0f} s and was not restarted (its node "
+                    f"was lost and no other node holds {self.cpus_per_trial:g} CPU / {self.gpus_per_trial:g} GPU; "
+                    f"cluster: {ray.cluster_resources()}): rejoin a node and rerun (finished measurements are stored)")
+            log.warning("Ray worker %d is not answering (%.0f s): waiting for Ray to restart it", worker, now - since)
 
     # -- Runner protocol -------------------------------------------------------------------------
     def evaluate_batch(
         self,
-        evaluator: Evaluator,
+        spec: EvaluationSpec,
         candidates: Sequence[Candidate],
         thresholds: tuple | None = None,
         on_measured: OnMeasured | None = None,
     ) -> list[Measurement]:
-        """Measure `candidates` for `evaluator`'s spec as one Tune run; returns measurements in
-        candidate order. The workers measure with Evaluators of their own, built from the spec.
+        """Measure `candidates` of `spec`, one per worker at a time; measurements in candidate order,
+        each handed to on_measured in this process as it arrives (so it is stored at once)."""
+        import ray  # noqa: PLC0415
 
-        on_measured(candidate, measurement) is called in this process as each trial reports (the job
-        stores measurements the moment they exist, so an interrupted batch keeps its finished part).
-        """
-        spec = evaluator.spec
         unique = list(dict.fromkeys(candidates))
         if not unique:
             return []
-        from ray import tune  # noqa: PLC0415
-
-        self._ensure_workers()
-        self._batches += 1
-        results: dict[Candidate, Measurement] = {}
-
-        def collect(candidate: Candidate, measurement: Measurement) -> None:
-            if candidate not in results:
-                results[candidate] = measurement
-                if on_measured is not None:
-                    on_measured(candidate, measurement)
-
-        pool = {"workers": self._workers, "free": self._free}
-        trainable = tune.with_resources(tune.with_parameters(run_trial, pool=pool), {"cpu": TRIAL_CPUS})
-        tuner = tune.Tuner(
-            trainable,
-            param_space={
-                "candidate": tune.grid_search([candidate_meta(c) for c in unique]),
-                "spec": spec_to_dict(spec),
-                "thresholds": None if thresholds is None else list(thresholds),
-                "cost_profile_text": Path(spec.cost_profile).read_text() if spec.cost_profile else None,
-            },
-            tune_config=tune.TuneConfig(max_concurrent_trials=self.num_workers, reuse_actors=True,
-                                        trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}"),
-            run_config=tune.RunConfig(
-                name=f"{spec.split}-batch-{self._batches:03d}",
-                storage_path=str(self.storage_path),
-                verbose=0,
-                callbacks=[_collector(collect)],
-            ),
-        )
         start = time.perf_counter()
-        grid = tuner.fit()
-        errors = [r.error for r in grid if r.error is not None]
-        if errors:
-            first = str(errors[0]).strip().splitlines()
-            raise RuntimeError(f"{len(errors)} of {len(unique)} Ray trial(s) failed: {first[-1] if first else errors[0]!r}")
-        missing = [c.label for c in unique if c not in results]
-        if missing:
-            raise RuntimeError(f"Ray trials finished without reporting {missing}")
-        log.info("ray batch %d: %d configurations on %d workers in %.1f s",
-                 self._batches, len(unique), self.num_workers, time.perf_counter() - start)
+        spec_ref, text = ray.put(spec), _profile_text(spec)
+        results: dict[Candidate, Measurement] = {}
+        for candidate, measurement in self._map(
+                unique, lambda worker, c: worker.evaluate.remote(spec_ref, c, thresholds, text)):
+            results[candidate] = measurement
+            if on_measured is not None:
+                on_measured(candidate, measurement)
+        log.info("ray batch: %d configurations on %d workers in %.1f s", len(unique), len(self._workers),
+                 time.perf_counter() - start)
         return [results[c] for c in candidates]
 
-    def price(self, evaluator: Evaluator, candidate: Candidate, measurement: Measurement) -> Measurement:
-        """`measurement` (e.g. served by the results store) priced by a worker's cost profile, as the
-        workers price what they measure."""
-        import ray  # noqa: PLC0415
-
-        self._ensure_workers()
-        spec = evaluator.spec
-        text = Path(spec.cost_profile).read_text() if spec.cost_profile else None
-        out = self._workers[0].price.remote(spec_to_dict(spec), candidate_meta(candidate),
-                                            measurement_to_dict(measurement), text)
-        return measurement_from_dict(ray.get(out))
+    def call(self, spec: EvaluationSpec, function: Callable[[Evaluator], T]) -> T:
+        """`function(evaluator)` on one worker, alone on its resources (see `Runner.call`)."""
+        text = _profile_text(spec)
+        [(_, result)] = self._map([function], lambda worker, f: worker.call.remote(spec, f, text))
+        return result
 
     def profile_records(self) -> list[dict[str, Any]]:
-        """Records (`specsparse.measuring.profile.profile_record`) of the cost profiles the workers
-        priced with, one per distinct profile (none before the first batch)."""
+        """Records of the cost profiles the workers priced with, one per distinct profile."""
         import ray  # noqa: PLC0415
 
         records = ray.get([w.profile_records.remote() for w in self._workers]) if self._workers else []
         return list({json.dumps(r, sort_keys=True): r for rs in records for r in rs}.values())
 
     def close(self) -> None:
-        """Stop the workers, and the local Ray if this runner started it; remove the temporary Tune
-        folder it made (none when it was given an output_dir)."""
+        """Stop the workers and release their placement group, and the local Ray if this runner started it."""
         import ray  # noqa: PLC0415
 
-        if self._own_storage is not None:
-            shutil.rmtree(self._own_storage, ignore_errors=True)
-            self._own_storage = None
         if not ray.is_initialized():
             return
-        for actor in [*self._workers, self._free.actor if self._free is not None else None]:
-            if actor is not None:
-                try:
-                    ray.kill(actor)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
-        self._workers, self._free = [], None
+        for actor in self._workers:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._workers = []
+        if self._group is not None:
+            from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
+
+            try:
+                remove_placement_group(self._group)
+            except Exception:  # noqa: BLE001 - already gone with its cluster
+                pass
+            self._group = None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -403,3 +318,23 @@ class RayRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _profile_text(spec: EvaluationSpec) -> str | None:
+    """A pinned cost profile's text, which travels with each call (workers may not see the file)."""
+    return Path(spec.cost_profile).read_text() if spec.cost_profile else None
+
+
+def _result(future: Any) -> Any:
+    """The future's value; an error raised on the worker is raised here as itself (a ModelLoadError stays
+    one line), a worker lost for good as one line."""
+    import ray  # noqa: PLC0415
+
+    try:
+        return ray.get(future)
+    except ray.exceptions.RayTaskError as err:
+        if isinstance(err.cause, Exception):
+            raise err.cause from None
+        raise
+    except ray.exceptions.RayActorError as err:
+        raise RayResourceError(f"a Ray worker was lost and not restarted: {first_line(err)}") from None

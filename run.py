@@ -53,8 +53,9 @@ def main(cfg: DictConfig) -> float | tuple[float, ...] | None:
         plan = build_plan(config, output_dir=output_dir, cwd=get_original_cwd(),
                           overrides=list(hydra_cfg.overrides.task), choices=choices)
     except ConfigError as err:
-        shutil.rmtree(output_dir, ignore_errors=True)  # nothing ran: leave no empty run folder behind
-        return _fail(f"error: {err}", multirun, output_dir, failed)
+        if not multirun:
+            shutil.rmtree(output_dir, ignore_errors=True)  # nothing ran: leave no empty run folder behind
+        return _fail(f"error: {err}", multirun, output_dir, failed, hydra_cfg.overrides.task)
     log.info(_logger_line(plan.logger, choices.get("logger")))
     try:
         job = run_plan(plan)
@@ -112,15 +113,16 @@ def _unexpected(err: Exception, output_dir: Path) -> str:
     return f"error: job {output_dir.name} failed unexpectedly ({type(err).__name__}: {first_line(err)}); traceback in {run_log}"
 
 
-def _fail(message: str, multirun: bool, output_dir: Path, value):
+def _fail(message: str, multirun: bool, output_dir: Path, value, overrides=()):
     """One line on stderr. A single run exits 2; in a sweep the other jobs still run (this one returns
-    `value`), and the sweep lists its failed jobs and exits 2 at the end (specsparse.jobs.sweep.SweepSummary)."""
+    `value`), its folder's reproduce.json records the error, and the sweep lists its failed jobs and
+    exits 2 at the end (specsparse.jobs.sweep.SweepSummary), wherever each job ran."""
     print(message, file=sys.stderr)
     if not multirun:
         sys.exit(2)
-    from specsparse.jobs.sweep import FAILED
+    from specsparse.jobs.sweep import record_failure
 
-    FAILED.append(f"{output_dir.name}: {message}")
+    record_failure(output_dir, message, list(overrides))
     return value
 
 

@@ -22,6 +22,7 @@ from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
+from specsparse.decoding.models import LOADED
 from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
@@ -143,7 +144,11 @@ def run_plan(plan: JobPlan) -> JobResult:
         record.update(
             model_identity=identity["model_identity"], code_version=identity["code_version"],
             num_layers=job.num_layers, cost_profile=job.cost_profiles,
+            timing_hardware=job.timing.hardware if job.timing is not None else None,
+            models_loaded_by_job_process=list(LOADED), ray_workers=getattr(runner, "placements", None),
         )
+        log.info("models loaded in the job's process: %s", ", ".join(LOADED) or
+                 "none (every model loaded on the runner's workers)")
         if plan.model.num_layers not in (None, job.num_layers):
             log.warning("model.num_layers=%s in the config, but %s has %d layers: fix conf/model/%s.yaml",
                         plan.model.num_layers, plan.model.source, job.num_layers, plan.model.name)

@@ -3,8 +3,9 @@
 Hydra loads `SweepSummary` from conf/config.yaml (`hydra.callbacks`). At the end of the multirun it
 reads every job folder's summary.json under the sweep folder (hydra.sweep.dir), prints one row per job
 (`sweep_rows`) and writes them to sweep_summary.md and sweep_summary.csv in the sweep folder. Failed
-jobs are rows with verdict "failed" and their error, and the sweep then exits 2. Jobs of a sweep run in
-one process, so `run.py` records failures in `FAILED`.
+jobs are rows with verdict "failed" and their error, and the sweep then exits 2. Everything comes from
+the job folders (a failed job's reproduce.json holds its error, `record_failure`), so jobs that ran in
+other processes or on other machines (`hydra/launcher=ray`) are counted alike.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,43 +26,44 @@ from specsparse.util import atomic_write_text, file_in_the_way
 
 log = logging.getLogger(__name__)
 
-FAILED: list[str] = []  # "<job folder>: <error line>"
-
 NA = "n/a"
 COLUMNS = ("job", "domain", "search", "skip_layers", "measured_speedup_vs_plain", "measured_speedup_vs_plain_low",
            "measured_speedup_vs_plain_high", "measured_speedup", "measured_speedup_low", "measured_speedup_high",
            "accept_dense", "accept_selected", "metric", "metric_dense", "metric_selected", "verdict", "error")
 
 
-def sweep_rows(sweep_dir: str | Path, failed: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """One row (COLUMNS) per job folder under `sweep_dir` (one with a summary.json or reproduce.json),
-    plus one per failed job (`failed`: FAILED's "<job folder>: <error line>") whose folder is gone. Test
-    split numbers; measured_speedup_vs_plain is the selected over plain decoding (the dense pick's
-    when the search kept dense), measured_speedup the selected over dense, each with its 95% interval. Keys a summary lacks
-    (older files) are None, the metric name "n/a"."""
+def sweep_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """One row (COLUMNS) per job folder under `sweep_dir` (one with a summary.json or reproduce.json).
+    Test split numbers; measured_speedup_vs_plain is the selected over plain decoding (the dense pick's
+    when the search kept dense), measured_speedup the selected over dense, each with its 95% interval.
+    Keys a summary lacks (older files) are None, the metric name "n/a"."""
     sweep = Path(sweep_dir)
-    errors = {}
-    for entry in failed:  # run.py's "<job folder>: error: <message>"; the verdict says "failed" already
-        name, _, error = entry.partition(": ")
-        errors[name] = error.removeprefix("error: ")
     folders = {f.parent for name in ("summary.json", "reproduce.json") for f in sweep.rglob(name)
                if not {"wandb", "ray_tune"} & set(f.relative_to(sweep).parts)}
-    rows = [_row(folder.relative_to(sweep).as_posix(), folder, errors.pop(folder.name, None)) for folder in folders]
-    rows += [_row(name, None, error) for name, error in errors.items()]  # e.g. a bad config: its folder was removed
+    rows = [_row(folder.relative_to(sweep).as_posix(), folder) for folder in folders]
     return sorted(rows, key=lambda r: _natural(r["job"]))
 
 
-def _row(job: str, folder: Path | None, error: str | None) -> dict[str, Any]:
+def record_failure(job_dir: Path, message: str, overrides: Sequence[str] = ()) -> None:
+    """Write a failed job's error line into its reproduce.json (made when the job failed before writing
+    one: a bad configuration), where `sweep_rows` finds it whichever process ran the job."""
+    record = _read_json(job_dir / "reproduce.json") or {"overrides": list(overrides)}
+    record.update(status="failed", error=message.removeprefix("error: "))
+    atomic_write_text(job_dir / "reproduce.json", json.dumps(record, indent=1) + "\n")
+
+
+def _row(job: str, folder: Path) -> dict[str, Any]:
     from specsparse.jobs.outputs import upgrade_summary  # noqa: PLC0415 - only when the sweep ends
 
-    summary = upgrade_summary(_read_json(folder / "summary.json")) if folder else {}
-    reproduce = _read_json(folder / "reproduce.json") if folder else {}
+    summary = upgrade_summary(_read_json(folder / "summary.json"))
+    reproduce = _read_json(folder / "reproduce.json")
+    error = reproduce.get("error") if reproduce.get("status") == "failed" else None
     test = summary.get("test") or {}
     dense, selected = test.get("dense") or {}, test.get("selected") or {}
     metric = summary.get("metric")
     low, high = (summary.get("measured_speedup_test_interval") or [None, None])[:2]
     plain = summary.get("measured_speedup_test_vs_plain") or summary.get("measured_speedup_dense_vs_plain") or [None] * 3
-    if error is not None:
+    if reproduce.get("status") == "failed":
         verdict = "failed"
     elif summary:
         verdict = (summary.get("held_out") or {}).get("verdict") or NA
@@ -159,15 +161,16 @@ def _check_output_folder(folder: str) -> None:
 class SweepSummary(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         sweep = Path(str(config.hydra.sweep.dir))
-        rows = sweep_rows(sweep, FAILED)
+        rows = sweep_rows(sweep)
         markdown = to_markdown(rows)
         atomic_write_text(sweep / "sweep_summary.md", markdown)
         atomic_write_text(sweep / "sweep_summary.csv", to_csv(rows))
         # Hydra's console handler shows it; its file handler still points at the last job's run.log.
         log.info("sweep: %d job(s)\n%swritten: %s, %s", len(rows), markdown, sweep / "sweep_summary.md",
                  sweep / "sweep_summary.csv")
-        if FAILED:
-            log.error("%d job(s) of the sweep failed: %s", len(FAILED), " | ".join(FAILED))
+        failed = [f"{r['job']}: {r['error']}" for r in rows if r["verdict"] == "failed"]
+        if failed:
+            log.error("%d job(s) of the sweep failed: %s", len(failed), " | ".join(failed))
             sys.exit(2)
 
 

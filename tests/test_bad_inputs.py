@@ -166,7 +166,19 @@ CASES = [
     ("cli", ["profile", "--model", "tiny", "--device", "cuda:7"], "--device cuda:7"),
     ("cli", ["report", "{tmp}/job", "--merge-config-map", "{tmp}/map.yaml/maps/all"], "--merge-config-map"),
     ("cli", ["submit", "--dry-run"], "nothing to run"),
-    ("cli", ["submit", "--dry-run", "--env", "NOEQUALS", "--", "python", "run.py"], "--env"),
+    ("cli", ["submit", "--dry-run", "--env", "NOEQUALS", "--", "python", "run.py", "paths.outputs=/x"], "--env"),
+    # The cluster: where a submitted job's outputs go, its runtime_env, the dashboard, GPUs, the store.
+    ("cli", ["submit", "--dry-run", "--", "python", "run.py"], "paths.outputs"),
+    ("cli", ["submit", "--dry-run", "--runtime-env", "{tmp}/bad_env.yaml", "--", "python", "run.py", "paths.outputs=/x"],
+     "does not parse"),
+    ("cli", ["submit", "--dry-run", "--entrypoint-resources", "[1]", "--", "python", "run.py", "paths.outputs=/x"],
+     "--entrypoint-resources"),
+    ("cli", ["submit", "--address", "http://127.0.0.1:1", "--", "python", "run.py", "paths.outputs=/x"],
+     "no Ray cluster answers at 127.0.0.1:1"),
+    ("run.py", [*TINY, "runner=ray", "model.device=cuda"], "runner.gpus_per_trial=1"),
+    ("run.py", [*TINY, "runner=ray", "runner.gpus_per_trial=1"], "GPU"),
+    ("run.py", [*TINY, "runner=ray", "runner.runtime_env=[pip]"], "runtime_env"),
+    ("run.py", ["-m", *TINY, "hydra/launcher=ray", "hydra.launcher.max_parallel_jobs=0"], "max_parallel_jobs"),
     ("cli", ["profile", "--model", "/no/such/model"], "/no/such/model"),
     ("cli", ["generate", "--model", "./no/such/model", "--config-map", "{tmp}/map.yaml", "hi"], "./no/such/model"),
     ("cli", ["train-drafter", "--model", "/no/such.gguf", "--output", "{tmp}/head"], "/no/such.gguf"),
@@ -183,6 +195,7 @@ AFTER_LOADING = {
 def prepare(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bad.jsonl").write_text('{"prompt": "a", "reference": "b"}\n{"prompt": \n')
+    (folder / "bad_env.yaml").write_text("pip: [a\n b: ]\n")
     (folder / "latin.jsonl").write_bytes('{"prompt": "a"}\n{"prompt": "caf\u00e9"}\n'.encode("latin-1"))
     (folder / "damaged.sqlite").write_bytes(b"this is not a database" * 100)
     entry = {"skip_layers": [1], "accept_length": 1.5, "metric": None, "sparsity": 0.25, "modeled_cost": 0.01,

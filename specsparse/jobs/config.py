@@ -46,7 +46,7 @@ from specsparse.measuring.measure import MODES
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
 from specsparse.search.rule import TSSRule
 from specsparse.types import Component, GenerationConfig
-from specsparse.util import first_line, is_int, locate
+from specsparse.util import first_line, is_int, locate, network_filesystem
 
 MAX_BATCH_SIZE = 1024  # rows of one batched forward (the automatic size stops at 64; each row holds a KV cache)
 GROUPS = ("model", "drafter", "domain", "search", "runner", "logger")
@@ -134,6 +134,10 @@ def build_plan(
     if not isinstance(store, str) or not store:
         raise ConfigError(f"paths.store={store!r}: give the results store's file path (default outputs/store.sqlite)")
     store = absolute(store, cwd_path)
+    if (filesystem := network_filesystem(store)) is not None:
+        raise ConfigError(f"paths.store={store} is on a network filesystem ({filesystem}), where SQLite's locking is "
+                          "unsafe: keep the results store on the local disk of the node that runs the job "
+                          "(paths.store=/local/folder/store.sqlite), and only paths.outputs on the shared folder")
     return JobPlan(
         evaluation=evaluation,
         search=search,

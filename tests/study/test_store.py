@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from specsparse.study.store import ResultsStore, StoreError, measurement_from_dict, measurement_to_dict
 from specsparse.types import Candidate, Measurement, PromptResult
-from specsparse.util import content_hash
+from specsparse.util import content_hash, network_filesystem
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -327,3 +327,28 @@ def test_a_garbled_row_met_mid_job_is_one_error_line_from_run_py(tmp_path):
     assert f"the row with key {keys[-1]} is garbled" in errors[0] and "delete the row" in errors[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert json.loads((tmp_path / "second" / "reproduce.json").read_text())["status"] == "failed"
+
+
+MOUNTS = """/dev/sda1 / ext4 rw,relatime 0 0
+server:/export /shared nfs4 rw,relatime 0 0
+/dev/sdb1 /shared/scratch\\040disk xfs rw 0 0
+"""
+
+
+def test_a_store_on_a_network_filesystem_is_found_from_the_mount_table():
+    assert network_filesystem("/shared/specsparse/store.sqlite", MOUNTS) == "nfs4"
+    assert network_filesystem("/shared/scratch disk/store.sqlite", MOUNTS) is None  # the longest mount point wins
+    assert network_filesystem("/sharedother/store.sqlite", MOUNTS) is None
+    assert network_filesystem("/home/me/store.sqlite", MOUNTS) is None
+
+
+def test_a_job_refuses_a_store_on_a_network_filesystem(tmp_path, monkeypatch):
+    """SQLite documents its locking as unsafe on network filesystems: the job says so before anything is written."""
+    import specsparse.jobs.config as config_module
+    from conftest import plan_for
+
+    monkeypatch.setattr(config_module, "network_filesystem", lambda path: "nfs4" if "shared" in str(path) else None)
+    with pytest.raises(config_module.ConfigError, match=r"network filesystem \(nfs4\).*paths.store=/local"):
+        plan_for(["model=tiny", f"paths.store={tmp_path / 'shared' / 'store.sqlite'}"], tmp_path)
+    assert plan_for(["model=tiny", f"paths.store={tmp_path / 'local' / 'store.sqlite'}"], tmp_path)
+    assert not (tmp_path / "shared").exists()

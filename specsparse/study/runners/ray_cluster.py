@@ -96,17 +96,17 @@ def workers_that_fit(nodes: Iterable[Mapping[str, float]], cpus: float, gpus: fl
     return fit
 
 
-def probe(address: str, timeout_s: float = 5.0) -> None:
-    """Fail at once, in one line, when nothing listens at a cluster address (Ray itself retries the
-    GCS for minutes)."""
+def probe(address: str, option: str = "runner.address", timeout_s: float = 5.0) -> None:
+    """Fail at once, in one line naming `option`, when nothing listens at a cluster address (Ray itself
+    retries for minutes)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"runner.address={address!r}: give HOST:PORT (or ray://HOST:PORT, or auto)")
+        raise ValueError(f"{option}={address!r}: give HOST:PORT (or ray://HOST:PORT, or auto)")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as err:
         raise RayResourceError(f"no Ray cluster answers at {address} ({err.strerror or err}): start one with "
-                               "`ray start --head` or fix runner.address") from None
+                               f"`ray start --head` or fix {option}") from None
 
 
 # -- local Rays of drivers that died without shutting them down (kill -9) ----------------------------

@@ -344,8 +344,9 @@ def test_a_store_on_a_network_filesystem_is_found_from_the_mount_table():
 
 def test_a_job_refuses_a_store_on_a_network_filesystem(tmp_path, monkeypatch):
     """SQLite documents its locking as unsafe on network filesystems: the job says so before anything is written."""
-    import specsparse.jobs.config as config_module
     from conftest import plan_for
+
+    import specsparse.jobs.config as config_module
 
     monkeypatch.setattr(config_module, "network_filesystem", lambda path: "nfs4" if "shared" in str(path) else None)
     with pytest.raises(config_module.ConfigError, match=r"network filesystem \(nfs4\).*paths.store=/local"):

@@ -39,6 +39,7 @@ def main(cfg: DictConfig) -> float | tuple[float, ...] | None:
     from specsparse.jobs.job import JobTerminated, run_plan
     from specsparse.jobs.outputs import results_table
     from specsparse.measuring.profile import ProfileError
+    from specsparse.study.runners import RunnerError
     from specsparse.study.store import StoreError
 
     hydra_cfg = HydraConfig.get()
@@ -59,6 +60,8 @@ def main(cfg: DictConfig) -> float | tuple[float, ...] | None:
     log.info(_logger_line(plan.logger, choices.get("logger")))
     try:
         job = run_plan(plan)
+    except RunnerError as err:  # a lost worker, resources that are gone: measurements so far are stored
+        return _fail(f"error: runner: {err}", multirun, output_dir, failed)
     except (ConfigError, ModelLoadError, StoreError, ProfileError) as err:
         return _fail(f"error: {err}", multirun, output_dir, failed)
     except KeyboardInterrupt as err:

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class RunnerError(ValueError):
+    """The runner cannot measure: resources the cluster does not have, a worker lost for good (one-line
+    message; the job fails with it, and its finished measurements stay in the store)."""
+
+
 class Runner(Protocol):
     """Measures candidates of an `EvaluationSpec` and answers what else a job asks of the model, on the
     hardware that measures."""

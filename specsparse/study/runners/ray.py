@@ -14,9 +14,10 @@ could ever hold it, and fails at once, in one line, when it could not.
 
 Faults: a worker killed mid-batch (its process, or its node) is restarted by Ray (`max_restarts`), on
 another node when its node is gone (placement groups reschedule lost bundles), and the call it was running
-is retried there (`max_task_retries`); measurements are pure functions of their inputs, so the job
+is retried there (`max_task_retries=-1`: retried while the worker comes back, since a node's loss makes
+calls fail quickly until Ray notices it); measurements are pure functions of their inputs, so the job
 ends with the same ones. A worker that stays unreachable for `worker_timeout_s` (no node can hold it
-any more) fails the job with one line instead of waiting forever.
+any more), or is lost more than `max_retries` times, fails the job with one line instead of waiting forever.
 
 Code: workers import specsparse from the job's runtime_env. Under `specsparse submit` (`ray job
 submit`) the job's own runtime_env (its working_dir) already carries it; joining a cluster from a shell
@@ -67,7 +68,7 @@ class RayRunner:
     address: an existing cluster ("HOST:PORT", "auto", "ray://..."); None starts a local Ray bound to
         127.0.0.1, or joins $RAY_ADDRESS when set (as under `ray job submit`).
     runtime_env: what the workers need besides specsparse when joining a cluster by address (Ray's format).
-    max_retries: restarts of a lost worker, and retries of the call it was running.
+    max_retries: restarts of a lost worker (the call it was running is retried on the restarted worker).
     worker_timeout_s: how long a worker may stay unreachable (lost, and not restarted) before the job fails.
     """
 
@@ -190,7 +191,7 @@ class RayRunner:
         actor = ray.remote(EvaluationWorker)
         self._workers = [
             actor.options(num_cpus=self.cpus_per_trial, num_gpus=self.gpus_per_trial, max_concurrency=2,
-                          max_restarts=self.max_retries, max_task_retries=self.max_retries,
+                          max_restarts=self.max_retries, max_task_retries=-1,
                           scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=i))
             .remote(threads=max(1, int(self.cpus_per_trial)))
             for i in range(self.num_workers)
@@ -235,7 +236,7 @@ class RayRunner:
         answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=POLL_S)
         now = time.monotonic()
         for ping, worker in pings.items():
-            if ping in answered:
+            if ping in answered and _answered(ping):
                 self._unreachable_since.pop(worker, None)
                 continue
             since = self._unreachable_since.setdefault(worker, now)
@@ -323,6 +324,17 @@ class RayRunner:
 def _profile_text(spec: EvaluationSpec) -> str | None:
     """A pinned cost profile's text, which travels with each call (workers may not see the file)."""
     return Path(spec.cost_profile).read_text() if spec.cost_profile else None
+
+
+def _answered(ping: Any) -> bool:
+    """A finished ping that carries an answer, not an error (a worker that is down)."""
+    import ray  # noqa: PLC0415
+
+    try:
+        ray.get(ping)
+    except ray.exceptions.RayError:
+        return False
+    return True
 
 
 def _result(future: Any) -> Any:

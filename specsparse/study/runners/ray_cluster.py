@@ -14,14 +14,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from specsparse.study.runners import RunnerError
+
 log = logging.getLogger(__name__)
 
 # Uploaded nowhere: bytecode, and what a checkout holds besides the code.
 EXCLUDES = ["__pycache__", "*.pyc", ".git", ".venv", "outputs", "multirun", "wandb", "*.egg-info", ".pytest_cache"]
 
 
-class RayResourceError(ValueError):
-    """The requested resources do not exist in the Ray cluster (one-line message)."""
+class RayResourceError(RunnerError):
+    """The requested resources do not exist in the Ray cluster, or a worker was lost for good (one line)."""
 
 
 def connect(address: str | None, runtime_env: Mapping[str, Any] | None = None, local_cpus: int | None = None,

@@ -40,7 +40,7 @@ def test_a_sweep_runs_its_valid_jobs_and_lists_the_failed_ones(tmp_path):
     done = run(["-m", *TINY_JOB, "generation.max_new_tokens=0,6"], tmp_path)
     assert done.returncode == 2
     output = done.stdout + done.stderr
-    assert "1 job(s) of the sweep failed: 0_qa_bfs: error: generation: max_new_tokens must be in 1..1048576" in output
+    assert "1 job(s) of the sweep failed: 0_qa_bfs: generation: max_new_tokens must be in 1..1048576" in output
     jobs = sorted(p.name for p in tmp_path.glob("multirun/*/*_qa_bfs"))
     assert jobs == ["1_qa_bfs"]  # the invalid job left no folder; the valid one ran
     assert len(list(tmp_path.glob("multirun/*/1_qa_bfs/summary.json"))) == 1

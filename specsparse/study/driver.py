@@ -3,7 +3,7 @@
     result = run_search(BFSSearch(num_layers=30), evaluate_batch, store=store, key_fn=key_fn)
 
 The driver is handed everything it works with: `evaluate_batch(list[Candidate], on_measured) ->
-list[Measurement]` from a runner (a local loop, a Ray Tune fan-out, or `evaluate_callable` for synthetic
+list[Measurement]` from a runner (a local loop, Ray workers, or `evaluate_callable` for synthetic
 objectives), the results store, and the `price` that re-prices what the store serves. It builds none of
 them, so the same loop serves every runner and store.
 """

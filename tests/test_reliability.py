@@ -42,7 +42,10 @@ def test_a_sweep_runs_its_valid_jobs_and_lists_the_failed_ones(tmp_path):
     output = done.stdout + done.stderr
     assert "1 job(s) of the sweep failed: 0_qa_bfs: generation: max_new_tokens must be in 1..1048576" in output
     jobs = sorted(p.name for p in tmp_path.glob("multirun/*/*_qa_bfs"))
-    assert jobs == ["1_qa_bfs"]  # the invalid job left no folder; the valid one ran
+    assert jobs == ["0_qa_bfs", "1_qa_bfs"]  # the valid one ran; the invalid one's folder holds only its error
+    (failed,) = tmp_path.glob("multirun/*/0_qa_bfs/reproduce.json")
+    assert json.loads(failed.read_text())["error"].startswith("generation: max_new_tokens must be in")
+    assert not list(failed.parent.glob("*.csv")) and not (failed.parent / "summary.json").exists()
     assert len(list(tmp_path.glob("multirun/*/1_qa_bfs/summary.json"))) == 1
 
 

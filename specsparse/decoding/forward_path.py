@@ -83,13 +83,15 @@ class PrepackedLinear(nn.Linear):
         return copied
 
 
-def linear_map(weight: torch.Tensor, fast: bool) -> nn.Linear:
-    """x -> x @ weight.T as a frozen linear layer: packed on the fast path, else over `weight` itself
-    (no copy). For heads built from rows of a model's LM head (trimmed vocabularies)."""
+def linear_map(weight: torch.Tensor, fast: bool, bias: torch.Tensor | None = None) -> nn.Linear:
+    """x -> x @ weight.T + bias as a frozen linear layer: packed on the fast path, else over `weight`
+    itself (no copy). For heads built from rows of a model's LM head (trimmed vocabularies)."""
     if fast and weight.dtype == torch.float32 and weight.device.type == "cpu":
-        return PrepackedLinear(weight)
-    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+        return PrepackedLinear(weight, bias)
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
     layer.weight = nn.Parameter(weight.detach(), requires_grad=False)
+    if bias is not None:
+        layer.bias = nn.Parameter(bias.detach(), requires_grad=False)
     return layer
 
 
@@ -102,8 +104,9 @@ def head_rows(layer: nn.Linear, ids: torch.Tensor, fast: bool) -> nn.Linear:
     if key not in cache:
         if len(cache) >= ROW_HEADS_KEPT:
             cache.pop(next(iter(cache)))
-        weight = dense_weight(layer)
-        cache[key] = linear_map(weight[ids.to(weight.device)].contiguous(), fast)
+        weight, rows = dense_weight(layer), ids.to(layer.weight.device)
+        bias = None if layer.bias is None else layer.bias[rows].contiguous()
+        cache[key] = linear_map(weight[rows].contiguous(), fast, bias)
     return cache[key]
 
 
@@ -130,7 +133,8 @@ def use_forward_path(model: nn.Module, path: str) -> None:
         start = time.perf_counter()
         count = prepack_linears(decoder_layers(model))
         # In __dict__, not as a submodule: the model's parameters and state dict stay as loaded.
-        model.__dict__[_ATTRIBUTE] = PrepackedLinear(model.get_output_embeddings().weight)
+        head = model.get_output_embeddings()
+        model.__dict__[_ATTRIBUTE] = PrepackedLinear(head.weight, head.bias)
         log.info("fast forward path: %d linear maps and the LM head packed for oneDNN in %.1f s",
                  count, time.perf_counter() - start)
 

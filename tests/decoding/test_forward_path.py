@@ -109,6 +109,28 @@ def test_trimmed_heads_run_on_the_models_path_and_are_built_once(pair):
     torch.testing.assert_close(lm_head(fast)(hidden), lm_head(eager)(hidden), **TOLERANCE)
 
 
+def test_an_lm_head_bias_is_kept_on_the_fast_path():
+    """A head with a bias (the tiny model has none): the packed head, and a trimmed head's rows, add it."""
+    eager, fast = (tiny_model(num_layers=NUM_LAYERS, hidden_size=64, seed=5).model for _ in range(2))
+    bias = torch.randn(eager.config.vocab_size, generator=torch.Generator().manual_seed(0)) * 4
+    for model in (eager, fast):
+        head = model.get_output_embeddings()
+        with_bias = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+        with_bias.weight, with_bias.bias = head.weight, torch.nn.Parameter(bias.clone())
+        model.set_output_embeddings(with_bias)
+    use_forward_path(fast, "fast")
+    hidden = torch.randn(3, 64)
+    torch.testing.assert_close(lm_head(fast)(hidden), lm_head(eager)(hidden), **TOLERANCE)
+    ids = torch.tensor([3, 17, 42, 200])
+    expected = torch.nn.functional.linear(hidden, eager.lm_head.weight[ids], bias[ids])
+    for model, path in ((fast, True), (eager, False)):
+        torch.testing.assert_close(head_rows(model.get_output_embeddings(), ids, fast=path)(hidden), expected, **TOLERANCE)
+    config = GenerationConfig(max_new_tokens=12, num_draft_tokens=3, stop_on_eos=False)
+    replies = [speculative_generate(model, [5, 9, 33, 7], PromptLookupDrafter(), config).new_token_ids
+               for model in (eager, fast)]
+    assert replies[0] == replies[1]
+
+
 def test_decoding_never_packs_weights_again(models, monkeypatch):
     """Weights are packed once, when the model loads (and a trimmed head when it is first built): a
     decode step, a drafter's step, a verification forward pack nothing."""

@@ -353,3 +353,20 @@ def test_the_held_out_verdict_applies_the_rules_metric_tolerance(tmp_path):
                      "tss.eps_metric=0.2", "timing_prompts=2", "progress=false", f"paths.outputs={tmp_path}"], tmp_path)
     job = run_plan(plan)
     assert job.eps_metric == 0.2 and job.summary()["guard"]["eps_metric"] == 0.2
+
+
+def test_the_config_map_records_the_held_out_verdict_serving_routes_by(tmp_path):
+    """The job's config map carries the pick's held-out verdict and its checks, as summary.json has them."""
+    from specsparse.config_map import load_config_map
+    from specsparse.jobs.job import run_plan
+
+    plan = plan_for(["model=tiny", "logger=none", "domain.limit=8", "generation.max_new_tokens=8", "tss.max_depth=1",
+                     "tss.feasibility=point", "tss.eps_accept=0.99", "tss.eps_metric=0.99", "tss.guard=task",
+                     "timing_prompts=2", "progress=false", f"paths.outputs={tmp_path}"], tmp_path)
+    job = run_plan(plan)
+    assert job.search_result.selected.skip_layers  # a sparse pick, so the verdict has checks
+    held_out = job.summary()["held_out"]
+    entry = load_config_map(plan.output_dir / "config_map.yaml").domains[plan.evaluation.domain.name]
+    assert held_out["verdict"] and entry.verdict == held_out["verdict"]
+    assert held_out["checks"] and entry.verdict_checks == {
+        name: {key: check[key] for key in ("interval", "threshold", "state")} for name, check in held_out["checks"].items()}

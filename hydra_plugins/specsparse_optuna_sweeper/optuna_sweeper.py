@@ -37,6 +37,8 @@ from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")
+# What a sweep measures, not a setting to tune: TPE would pick the domain (or preset) that runs fastest.
+NOT_TUNED = ("domain", "experiment")
 
 
 @dataclass
@@ -107,10 +109,32 @@ class OptunaSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
 
+    def tuned_space(self, arguments: list[str]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """`search_space` of `params` and the command line, without what a sweep measures (NOT_TUNED): a
+        preset's grid over domains in `params` is left out (a warning says so), and a sweep over one of
+        them on the command line is refused (ValueError, one line)."""
+        left_out = sorted(set(self.params) & set(NOT_TUNED))
+        for key in left_out:
+            log.warning("hydra.sweeper.params.%s=%s left out: Optuna tunes settings, not the %s a job measures "
+                        "(give %s=NAME, one sweep each)", key, self.params[key], key, key)
+        params = [f"{k}={v}" for k, v in self.params.items() if k not in NOT_TUNED]
+        space, fixed = search_space([*params, *arguments])
+        tuned = sorted(set(space) & set(NOT_TUNED))
+        if tuned:
+            raise ValueError(f"{tuned[0]} is swept: Optuna tunes settings, not the {tuned[0]} a job measures (it would "
+                             f"pick the one that runs fastest): give {tuned[0]}=NAME and run one sweep each")
+        return space, fixed
+
     def sweep(self, arguments: list[str]) -> None:
+        import sys  # noqa: PLC0415
+
         import optuna  # noqa: PLC0415
 
-        space, fixed = search_space([*(f"{k}={v}" for k, v in self.params.items()), *arguments])
+        try:
+            space, fixed = self.tuned_space(arguments)
+        except ValueError as err:
+            print(f"error: hydra.sweeper: {err}", file=sys.stderr)
+            sys.exit(2)
         sampler = optuna.samplers.TPESampler(seed=self.seed)
         study = optuna.create_study(directions=self.directions, sampler=sampler, storage=self.storage,
                                     study_name=self.study_name, load_if_exists=True)

@@ -152,3 +152,24 @@ def test_a_failed_job_is_a_failed_trial_and_the_sweep_exits_2(tmp_path):
     results = yaml.safe_load((out / "sweep" / "optimization_results.yaml").read_text())
     [trial] = results["trials"]
     assert trial["values"] is None and "nan" in trial["failed"] and "best_value" not in results
+
+
+def test_the_sweeper_never_tunes_the_domain_or_the_preset(caplog):
+    """A preset's grid over domains (tss_main's hydra.sweeper.params) is left out with a warning; a sweep
+    over domain or experiment on the command line is refused: TPE would pick the fastest domain."""
+    sweeper = OptunaSweeper(params={"domain": "qa,math", "tss.tau": "interval(0.01,0.2)"})
+    with caplog.at_level("WARNING"):
+        space, fixed = sweeper.tuned_space(["domain=qa", "tss.max_depth=range(1,3)"])
+    assert sorted(space) == ["tss.max_depth", "tss.tau"] and fixed == ("domain=qa",)
+    assert "hydra.sweeper.params.domain=qa,math left out" in caplog.text
+    for swept in ("domain=choice(qa,math)", "experiment=tss_main,quickstart"):
+        with pytest.raises(ValueError, match=r"^(domain|experiment) is swept: Optuna tunes settings"):
+            sweeper.tuned_space([swept])
+
+
+def test_a_sweep_over_domains_is_one_line_and_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/sweeper=optuna", "model=tiny", "logger=none",
+                           "domain=choice(qa,math)", f"paths.outputs={tmp_path}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: hydra.sweeper: domain is swept"), done.stderr

@@ -305,13 +305,14 @@ def routing_table(records: Sequence[JobRecord], merged: ConfigMap, strategy: str
     return pd.DataFrame(rows, columns=ROUTING_COLUMNS)
 
 
-def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy: str = "bfs") -> dict[str, list]:
-    """{domain: its job's held-out test examples} for each domain of the merged map."""
+def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy: str = "bfs",
+                       split: str = "test") -> dict[str, list]:
+    """{domain: its job's held-out test examples (or `split`'s)} for each domain of the merged map."""
     splits = {}
     for (_, domain), record in sorted(tss_jobs(records, strategy).items()):
         spec = (record.reproduce.get("evaluation_spec") or {}).get("domain")
         if domain in merged.domains and spec:
-            splits[domain] = Domain.from_record(spec).load("test")
+            splits[domain] = Domain.from_record(spec).load(split)
     return splits
 
 
@@ -340,8 +341,13 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
         raise ReportError("--mixed-stream needs the jobs' reproduce.json (their folders, not bare summaries)")
     target = load_model_cached(spec["model"], spec["dtype"], spec["device"], spec.get("forward_path", "auto"))
     drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])
-    controller = Controller(target, merged, drafter_factory(drafter), make_router("tfidf").fit(map_routing_prompts(merged)),
-                            serve_inconclusive=serve_inconclusive)
+    # What the drafter learns before it drafts (a corpus, a warm table) leaves out every prompt the jobs
+    # measured, the stream's among them, as each job's own drafter did (`Drafter.job_context`).
+    measured = sorted({ex.id for split in ("calibration", "test")
+                       for examples in mapped_test_splits(records, merged, strategy, split).values() for ex in examples})
+    context = {"exclude_ids": measured} if "exclude_ids" in drafter.cls.job_context else {}
+    controller = Controller(target, merged, drafter_factory(drafter, **context),
+                            make_router("tfidf").fit(map_routing_prompts(merged)), serve_inconclusive=serve_inconclusive)
     stream = round_robin(mapped_test_splits(records, merged, strategy), per_domain)
     result = run_mixed_stream(controller, stream, GenerationConfig(**spec["generation"]), progress)
     return {

@@ -234,6 +234,30 @@ def test_mixed_stream_row_times_the_controller_against_dense(sweep, tmp_path):
     assert (tmp_path / "report" / "routing.md").is_file() is False  # only with --merge-config-map
 
 
+def test_the_mixed_streams_drafter_learns_nothing_from_the_prompts_it_times(sweep, monkeypatch):
+    """A drafter with a corpus of its own (SAMD over the built-in sets): the mixed stream builds it with every
+    prompt the jobs measured left out, the streamed test prompts among them, as each job's drafter was."""
+    from specsparse.drafters.samd import SuffixAutomatonDrafter
+    from specsparse.reporting.tables import mapped_test_splits, mixed_stream_row
+
+    records = find_jobs([sweep / "multirun"])
+    for record in records:  # the jobs' records, as if they had measured SAMD
+        record.reproduce["evaluation_spec"]["drafter"] = {
+            "class_path": "specsparse.drafters.samd.SuffixAutomatonDrafter", "options": {"corpus": ["builtin"]}}
+    excluded = []
+    build = SuffixAutomatonDrafter.from_target.__func__
+
+    def recording(cls, *args, **options):
+        excluded.append(set(options.get("exclude_ids", ())))
+        return build(cls, *args, **options)
+
+    monkeypatch.setattr(SuffixAutomatonDrafter, "from_target", classmethod(recording))
+    merged = merged_config_map(records)
+    mixed_stream_row(records, merged, per_domain=1, progress=False)
+    streamed = {ex.id for examples in mapped_test_splits(records, merged).values() for ex in examples}
+    assert excluded and all(streamed <= ids for ids in excluded)
+
+
 def test_vocabulary_job_reports_coverage_and_in_or_out_of_domain(tmp_path):
     """A tiny vocabulary search whose corpus is the built-in QA references, run on math: an
     out-of-domain row in the vocabulary table, and the coverage-vs-k figure."""

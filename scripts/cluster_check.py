@@ -205,15 +205,14 @@ def actors_by_class(cluster: LocalCluster) -> dict[str, list[dict]]:
 
 def compare_with_local(remote: Path, local: Path) -> list[str]:
     """Differences between two sweeps' job folders (files timing cannot change)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import COMPARED_FILES, untimed_summary  # noqa: PLC0415
+    from specsparse.jobs.outputs import UNTIMED_FILES, untimed_summary  # noqa: PLC0415
 
     problems = []
     jobs = sorted(p.parent.name for p in (local / "multirun").glob("*/summary.json"))
     if sorted(p.parent.name for p in (remote / "multirun").glob("*/summary.json")) != jobs or not jobs:
         return [f"job folders differ: {jobs}"]
     for job in jobs:
-        for name in COMPARED_FILES:
+        for name in UNTIMED_FILES:
             if (remote / "multirun" / job / name).read_bytes() != (local / "multirun" / job / name).read_bytes():
                 problems.append(f"{job}/{name} differs from the local run's")
         if untimed_summary(remote / "multirun" / job) != untimed_summary(local / "multirun" / job):

@@ -2,7 +2,6 @@
 whole-project checks at the top). Tests never touch the network, and never write into the user's cache."""
 
 import atexit
-import json
 import os
 import shutil
 import tempfile
@@ -272,14 +271,3 @@ def wandb_records(run_file: Path) -> list:
         out.append(record)
     return out
 
-
-# -- outputs that timing cannot change ---------------------------------------------------------------
-COMPARED_FILES = ("measurements.csv", "samples.jsonl")  # byte for byte, under one cost profile
-# summary.json keys that timing cannot change (under a pinned profile); the rest hold wall times.
-COMPARED_SUMMARY_KEYS = ("domain", "strategy", "selected_skip_layers", "calibration", "test", "intervals", "fidelity")
-
-
-def untimed_summary(job: Path) -> str:
-    """A job folder's summary.json without its timed fields."""
-    summary = json.loads((job / "summary.json").read_text())
-    return json.dumps({key: summary[key] for key in COMPARED_SUMMARY_KEYS}, indent=1) + "\n"

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import COMPARED_FILES, untimed_summary
+
+from specsparse.jobs.outputs import UNTIMED_FILES, untimed_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -45,12 +46,12 @@ def assert_same_as_golden(name: str, jobs: dict[str, Path]) -> None:
         for job, folder in jobs.items():
             shutil.rmtree(golden / job, ignore_errors=True)
             (golden / job).mkdir(parents=True)
-            for file in COMPARED_FILES:
+            for file in UNTIMED_FILES:
                 shutil.copyfile(folder / file, golden / job / file)
             (golden / job / "summary.json").write_text(untimed_summary(folder))
     assert sorted(jobs) == sorted(p.name for p in golden.iterdir() if p.is_dir())
     for job, folder in jobs.items():
-        for file in COMPARED_FILES:
+        for file in UNTIMED_FILES:
             assert (folder / file).read_bytes() == (golden / job / file).read_bytes(), (
                 f"{job}/{file} differs from tests/golden/{name}/{job}/{file}")
         assert untimed_summary(folder) == (golden / job / "summary.json").read_text(), f"{job}/summary.json differs"

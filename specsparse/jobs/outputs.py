@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What timing cannot change, so two runs of one configuration (under one cost profile) write it alike,
+# whichever runner measured: these files byte for byte, and these keys of summary.json.
+UNTIMED_FILES = ("measurements.csv", "samples.jsonl")
+UNTIMED_SUMMARY_KEYS = ("domain", "strategy", "selected_skip_layers", "calibration", "test", "intervals", "fidelity")
+
+
+def untimed_summary(job_dir: Path) -> str:
+    """A job folder's summary.json without its timed fields (UNTIMED_SUMMARY_KEYS), as text."""
+    summary = json.loads((job_dir / "summary.json").read_text())
+    return json.dumps({key: summary[key] for key in UNTIMED_SUMMARY_KEYS}, indent=1) + "\n"
+
 
 def write_job_outputs(job: JobResult, calibration_examples: Sequence[Example], test_examples: Sequence[Example] = ()) -> None:
     """config_map.{yaml,json} (with the trimmed head's token ids when searched; the calibration prompts

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import COMPARED_FILES, untimed_summary
 
 from specsparse.data import get_domain
 from specsparse.decoding.models import LOADED
 from specsparse.jobs.job import run_job
+from specsparse.jobs.outputs import UNTIMED_FILES, untimed_summary
 from specsparse.measuring.evaluation import EvaluationSpec
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
@@ -91,7 +91,7 @@ def test_ray_runner_matches_the_local_runner(tmp_path, ray_token):
         assert set(remote.search_result.feasible) == set(local.search_result.feasible)
         assert remote.search_result.selected == local.search_result.selected
         assert [c for c, _ in remote.search_result.alternatives] == [c for c, _ in local.search_result.alternatives]
-        for name in COMPARED_FILES:
+        for name in UNTIMED_FILES:
             assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
         assert untimed_summary(tmp_path / "ray") == untimed_summary(tmp_path / "local")
 

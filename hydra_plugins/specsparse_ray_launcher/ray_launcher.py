@@ -61,10 +61,15 @@ def check_options(max_parallel_jobs: Any, cpus_per_job: Any) -> None:
 def job_cpus(config: DictConfig, cpus_per_job: float | None) -> float:
     """What one job's own process reserves: `cpus_per_job`, else none when its runner measures on Ray
     workers (`loads_models_here` False), one CPU when it measures in its own process."""
+    from specsparse.util import locate  # noqa: PLC0415
+
     if cpus_per_job is not None:
         return float(cpus_per_job)
-    target = str(OmegaConf.select(config, "runner._target_", default=""))
-    return 0.0 if target.endswith("RayRunner") else 1.0
+    try:
+        runner = locate(str(OmegaConf.select(config, "runner._target_")))
+    except ValueError:  # the job reports its own bad runner
+        return 1.0
+    return 1.0 if getattr(runner, "loads_models_here", True) else 0.0
 
 
 def _run_job(hydra_context: Any, task_function: Any, config: DictConfig, singletons: Any) -> JobReturn:

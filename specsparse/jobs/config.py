@@ -107,8 +107,9 @@ def build_plan(
     if missing:
         raise ConfigError(f"configuration lacks group(s) {missing}: compose it from conf/config.yaml")
     runner = _component(config["runner"], "runner", required="evaluate_batch")
-    model = model_info(config["model"], cwd_path, device_here=getattr(runner.cls, "loads_models_here", True))
-    if str(model.device).startswith("cuda") and not runner.options.get("gpus_per_trial", 1):
+    loads_here = getattr(runner.cls, "loads_models_here", True)  # else the workers' devices are the cluster's to check
+    model = model_info(config["model"], cwd_path, device_here=loads_here)
+    if not loads_here and str(model.device).startswith("cuda") and not runner.options.get("gpus_per_trial"):
         raise ConfigError(f"model.device={model.device!r} runs on the Ray workers, which hold no GPU: set "
                           "runner.gpus_per_trial=1 (or model.device=cpu)")
     generation = _generation(config.get("generation") or {})

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from specsparse.data import get_domain
 from specsparse.decoding.models import LOADED
 from specsparse.jobs.job import run_job
 from specsparse.jobs.outputs import UNTIMED_FILES, untimed_summary
-from specsparse.measuring.evaluation import EvaluationSpec
+from specsparse.measuring.evaluation import EvaluationSpec, MeasureSpec
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.runners.ray import RayRunner
@@ -120,10 +121,11 @@ def test_a_worker_killed_mid_batch_is_restarted_and_its_candidate_measured_again
     """kill -9 of a worker actor's process while it measures: Ray restarts the actor and retries the
     call, and the batch ends with the measurements an undisturbed run gives. A worker killed for good
     (no restarts left) fails the batch with one line instead of hanging."""
+    spec = replace(SPEC, measure=MeasureSpec(mode="engine"))  # one candidate per call: the kill meets one in flight
     batch = [Candidate(), *(Candidate((i,)) for i in range(4)), Candidate((1, 3))]
-    expected = LocalRunner(progress=False).evaluate_batch(SPEC, batch)
+    expected = LocalRunner(progress=False).evaluate_batch(spec, batch)
     with RayRunner(num_workers=2, max_retries=2) as runner:
-        runner.evaluate_batch(SPEC, [Candidate()])  # workers up, model loaded
+        runner.evaluate_batch(spec, [Candidate()])  # workers up, model loaded
         victim = runner.placements[0]["pid"]
         killed = []
 
@@ -132,7 +134,7 @@ def test_a_worker_killed_mid_batch_is_restarted_and_its_candidate_measured_again
                 os.kill(victim, signal.SIGKILL)
                 killed.append(candidate)
 
-        out = runner.evaluate_batch(SPEC, batch, on_measured=kill_once)
+        out = runner.evaluate_batch(spec, batch, on_measured=kill_once)
         import ray
 
         assert killed and ray.get(runner._workers[0].ready.remote())["pid"] != victim  # restarted
@@ -140,7 +142,7 @@ def test_a_worker_killed_mid_batch_is_restarted_and_its_candidate_measured_again
             (m.accept_length, m.metric, m.new_tokens) for m in expected]
         ray.kill(runner._workers[1], no_restart=True)
         with pytest.raises(RayResourceError, match="lost and not restarted"):
-            runner.evaluate_batch(SPEC, [Candidate((0, 1)), Candidate((0, 2)), Candidate((0, 3))])
+            runner.evaluate_batch(spec, [Candidate((0, 1)), Candidate((0, 2)), Candidate((0, 3))])
 
 
 # -- a real cluster --------------------------------------------------------------------------------

@@ -27,8 +27,7 @@ def measure_in_passes(
     """Measurements of `candidates` (in order) by `evaluator`, a pass at a time (in replay mode one
     batched pass measures `configurations_per_pass` of them together), each handed to `on_measured` as
     its pass ends, so a killed job loses at most the pass in flight."""
-    replay = evaluator.spec.measure.mode == "replay"
-    group = configurations_per_pass(evaluator.batch_size, len(evaluator.examples)) if replay else 1
+    group = pass_size(evaluator)
     results = []
     for first in range(0, len(candidates), group):
         chunk = list(candidates[first : first + group])
@@ -37,6 +36,14 @@ def measure_in_passes(
             if on_measured is not None:
                 on_measured(candidate, measurement)
     return results
+
+
+def pass_size(evaluator: Evaluator) -> int:
+    """How many configurations `evaluator` measures in one pass: one batched replay fills a batch with
+    `configurations_per_pass` of them; the engine measures one at a time."""
+    if evaluator.spec.measure.mode != "replay":
+        return 1
+    return configurations_per_pass(evaluator.batch_size, len(evaluator.examples))
 
 
 def configurations_per_pass(batch_size: int, n_examples: int) -> int:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from specsparse.extras import require_installed
+from specsparse.study.runners.local import pass_size
 from specsparse.study.runners.ray_cluster import RayResourceError, connect, probe, workers_that_fit
 from specsparse.study.runners.ray_worker import EvaluationWorker
 from specsparse.types import Candidate, Measurement
@@ -63,7 +64,7 @@ POLL_S = 10.0  # how often a waiting runner checks that the workers it waits on 
 class RayRunner:
     """Runner protocol on Ray workers; see the module docstring.
 
-    num_workers: worker actors (each with the model loaded) = candidates measured at once.
+    num_workers: worker actors (each with the model loaded), each measuring a share of a batch at a time.
     gpus_per_trial, cpus_per_trial: resources each worker reserves (fractions allowed).
     address: an existing cluster ("HOST:PORT", "auto", "ray://..."); None starts a local Ray bound to
         127.0.0.1, or joins $RAY_ADDRESS when set (as under `ray job submit`).
@@ -255,23 +256,27 @@ class RayRunner:
         thresholds: tuple | None = None,
         on_measured: OnMeasured | None = None,
     ) -> list[Measurement]:
-        """Measure `candidates` of `spec`, one per worker at a time; measurements in candidate order,
-        each handed to on_measured in this process as it arrives (so it is stored at once)."""
+        """Measure `candidates` of `spec` spread over the workers, each call a share of them that fills the
+        worker's batched passes (as the local runner's passes are filled); measurements in candidate order,
+        each handed to on_measured in this process as its call returns (so it is stored at once)."""
         import ray  # noqa: PLC0415
 
         unique = list(dict.fromkeys(candidates))
         if not unique:
             return []
         start = time.perf_counter()
+        per_call = max(1, min(self.call(spec, pass_size), math.ceil(len(unique) / self.num_workers)))
+        shares = [tuple(unique[i:i + per_call]) for i in range(0, len(unique), per_call)]
         spec_ref, text = ray.put(spec), _profile_text(spec)
         results: dict[Candidate, Measurement] = {}
-        for candidate, measurement in self._map(
-                unique, lambda worker, c: worker.evaluate.remote(spec_ref, c, thresholds, text)):
-            results[candidate] = measurement
-            if on_measured is not None:
-                on_measured(candidate, measurement)
-        log.info("ray batch: %d configurations on %d workers in %.1f s", len(unique), len(self._workers),
-                 time.perf_counter() - start)
+        for share, measurements in self._map(
+                shares, lambda worker, share: worker.evaluate.remote(spec_ref, share, thresholds, text)):
+            for candidate, measurement in zip(share, measurements):
+                results[candidate] = measurement
+                if on_measured is not None:
+                    on_measured(candidate, measurement)
+        log.info("ray batch: %d configurations in %d calls on %d workers in %.1f s", len(unique), len(shares),
+                 self.num_workers, time.perf_counter() - start)
         return [results[c] for c in candidates]
 
     def call(self, spec: EvaluationSpec, function: Callable[[Evaluator], T]) -> T:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 class EvaluationWorker:
     """Holds the loaded model (an Evaluator per spec, kept across batches) on the CPUs and GPUs Ray gave
-    it; measures one candidate per `evaluate` call. Threaded (two calls at once), so `ready` answers while
+    it; measures the candidates of each `evaluate` call, in passes that fill its batches. Threaded (two calls at once), so `ready` answers while
     a measurement runs: the runner tells a busy worker from a lost one that way."""
 
     def __init__(self, threads: int = 1):
@@ -39,11 +39,9 @@ class EvaluationWorker:
         context = ray.get_runtime_context()
         return {"pid": os.getpid(), "node_id": context.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
-    def evaluate(self, spec: EvaluationSpec, candidate: Candidate, thresholds: tuple | None,
-                 cost_profile_text: str | None = None) -> Measurement:
-        [measurement] = self.host.evaluate(_local_profile(spec, cost_profile_text), [candidate], thresholds,
-                                           progress=False)
-        return measurement
+    def evaluate(self, spec: EvaluationSpec, candidates: Sequence[Candidate], thresholds: tuple | None,
+                 cost_profile_text: str | None = None) -> list[Measurement]:
+        return self.host.evaluate(_local_profile(spec, cost_profile_text), candidates, thresholds, progress=False)
 
     def call(self, spec: EvaluationSpec, function: Callable[[Evaluator], T], cost_profile_text: str | None = None) -> T:
         return self.host.call(_local_profile(spec, cost_profile_text), function)

@@ -184,7 +184,7 @@ def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_toke
     """kill -9 of a runner=ray driver: nothing runs ray.shutdown, and Ray's agents outlive it. The
     next runner=ray start stops every process of that Ray (found by its session name), no other."""
     code = ("import sys; from specsparse.study.runners.ray import RayRunner; runner = RayRunner(num_workers=1); "
-            "runner._connect(); print(runner._session_record, flush=True); sys.stdin.read()")
+            "print(runner._session_record, flush=True); sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "OMP_NUM_THREADS": "1"})
     record = Path(child.stdout.readline().strip())

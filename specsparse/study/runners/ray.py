@@ -140,8 +140,10 @@ class RayRunner:
                 )
 
     def _connect(self) -> None:
-        self._started_ray, self._session_record = connect(self.address, self.runtime_env,
-                                                          local_cpus=math.ceil(self.num_workers * self.cpus_per_trial) + 1)
+        started, record = connect(self.address, self.runtime_env,
+                                  local_cpus=math.ceil(self.num_workers * self.cpus_per_trial) + 1)
+        if started:  # this runner's local Ray: stopped again by `close`
+            self._started_ray, self._session_record = True, record
 
     def _fit_workers(self) -> int:
         """How many workers the cluster's live nodes can hold; RayResourceError when not even one fits."""

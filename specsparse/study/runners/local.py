@@ -7,7 +7,6 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from specsparse.measuring.evaluation import Evaluators
 from specsparse.types import Candidate, Measurement
 
 if TYPE_CHECKING:
@@ -58,6 +57,10 @@ class EvaluatorHost:
     greedy generation serves every later candidate), and the cost profiles they priced with."""
 
     def __init__(self) -> None:
+        # Imported here: torch and transformers load with the first host, not with the runner classes
+        # (a sweep's launcher reads a runner class without measuring anything).
+        from specsparse.measuring.evaluation import Evaluators  # noqa: PLC0415
+
         self.evaluators = Evaluators()
         self._profiles: dict[str, dict[str, Any]] = {}
 

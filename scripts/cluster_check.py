@@ -46,17 +46,18 @@ def free_port() -> int:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Pids of the processes (this one aside) whose command line contains `text`."""
+    """Pids of the processes (this one aside) whose command line, or a file they hold open, contains
+    `text` (Ray's agents rename themselves, `ray::DashboardAgent`, but keep their session's logs open)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if text in cmdline or any(text in os.readlink(fd) for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
         except OSError:
             continue
-        if text in cmdline:
-            found.append(int(proc.name))
     return found
 
 

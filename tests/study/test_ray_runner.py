@@ -182,7 +182,8 @@ def test_a_sweep_submitted_to_a_multi_node_cluster_survives_a_lost_node(tmp_path
 @pytest.mark.slow
 def test_a_local_ray_left_by_a_killed_driver_is_stopped_by_the_next_run(ray_token):
     """kill -9 of a runner=ray driver: nothing runs ray.shutdown, and Ray's agents outlive it. The
-    next runner=ray start stops every process of that Ray (found by its session name), no other."""
+    next runner=ray start stops every process of that Ray (found by its session name, in a command line
+    or an open log file: the agents rename themselves), no other."""
     code = ("import sys; from specsparse.study.runners.ray import RayRunner; runner = RayRunner(num_workers=1); "
             "print(runner._session_record, flush=True); sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

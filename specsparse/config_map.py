@@ -90,6 +90,9 @@ class DomainConfig:
     # ({name: {interval: [point, low, high], threshold, state}}); None: not recorded.
     verdict: str | None = None
     verdict_checks: Mapping[str, Any] = field(default_factory=dict)
+    # The drafter this domain was measured with where it is not the map's (a merged map of jobs whose
+    # drafters differ, e.g. an EAGLE head trained per domain); None: the map's drafter.
+    drafter: Component | None = None
 
     @property
     def label(self) -> str:
@@ -178,6 +181,7 @@ def config_map_to_dict(cm: ConfigMap) -> dict[str, Any]:
                 "notes": list(d.notes),
                 "draft_vocab_ids": None if d.draft_vocab_ids is None else list(d.draft_vocab_ids),
                 "routing_prompts": list(d.routing_prompts),
+                **({} if d.drafter is None else {"drafter": _drafter_dict(d.drafter)}),
             }
             for name, d in cm.domains.items()
         },
@@ -252,7 +256,7 @@ class _Checker:
         required = {"skip_layers", "accept_length", "metric", "sparsity", "modeled_cost", "flops_fraction",
                     "draft_vocab_size", "dense"}
         optional = {"alternatives", "notes", "draft_vocab_ids", "routing_prompts", "metric_name", "verdict",
-                    "verdict_checks"}
+                    "verdict_checks", "drafter"}
         v = self.mapping(_renamed(v), where, required, optional)
         scale = 1.0 if "metric_name" in v else 100.0  # maps written before the map named its metric held 0-1
         verdict, checks = v.get("verdict"), v.get("verdict_checks") or {}
@@ -294,16 +298,21 @@ class _Checker:
             metric_name=v.get("metric_name"),
             verdict=verdict,
             verdict_checks=dict(checks),
+            drafter=self.component(v.get("drafter"), f"{where}.drafter"),
         )
 
     def drafter(self, v: Any) -> Component | str | None:
         """{class_path, options}, or the short name of a map of an earlier version."""
-        if v is None or isinstance(v, str):
-            return v
-        v = self.mapping(v, "drafter", {"class_path"}, {"options"})
+        return v if isinstance(v, str) else self.component(v, "drafter")
+
+    def component(self, v: Any, where: str) -> Component | None:
+        """{class_path, options} as a Component; None for null."""
+        if v is None:
+            return None
+        v = self.mapping(v, where, {"class_path"}, {"options"})
         options = v.get("options") or {}
         if not isinstance(v["class_path"], str) or not isinstance(options, Mapping):
-            raise self.fail("drafter", f"expected a class_path string and an options mapping, got {dict(v)!r}")
+            raise self.fail(where, f"expected a class_path string and an options mapping, got {dict(v)!r}")
         return Component(v["class_path"], dict(options))
 
     def vocab_ids(self, v: Any, where: str, size: int | None) -> tuple[int, ...] | None:
@@ -376,7 +385,8 @@ def load_config_map(path: str | os.PathLike) -> ConfigMap:
 # -- merging ---------------------------------------------------------------------------------------
 def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     """One map over the domains of `maps` (later maps win a domain both have). The maps must be of
-    one model; their drafters should agree (the first full record is kept, with a warning otherwise)."""
+    one model. The map records the first full drafter record; a domain measured with another drafter
+    (an EAGLE head of its own) keeps it as its `drafter`, which serving builds for that domain."""
     if not maps:
         raise ConfigMapError("no config maps to merge")
     models = {(cm.model, cm.num_layers) for cm in maps}
@@ -384,14 +394,15 @@ def merge_config_maps(maps: Sequence[ConfigMap]) -> ConfigMap:
     if len(models) > 1 or mismatch:
         raise ConfigMapError(f"maps of different models cannot be merged: {mismatch or sorted(models)}; "
                              "merge the maps of one model")
-    if any(cm.drafter != maps[0].drafter for cm in maps[1:]):
-        log.warning("merged maps used different drafters %s: the map keeps the first full record",
-                    [_drafter_dict(cm.drafter) for cm in maps])
+    drafter = next((cm.drafter for cm in maps if isinstance(cm.drafter, Component)), maps[0].drafter)  # full records first
     domains: dict[str, DomainConfig] = {}
     for cm in maps:
-        domains.update(cm.domains)
+        own = cm.drafter if isinstance(cm.drafter, Component) and cm.drafter != drafter else None
+        domains.update({name: replace(d, drafter=d.drafter or own) for name, d in cm.domains.items()})
+    if any(d.drafter is not None for d in domains.values()):
+        log.info("merged maps measured with different drafters: %s keep their own",
+                 ", ".join(sorted(name for name, d in domains.items() if d.drafter is not None)))
     model, num_layers = next(iter(models))
-    drafter = next((cm.drafter for cm in maps if isinstance(cm.drafter, Component)), maps[0].drafter)  # full records first
     return ConfigMap(model=model, num_layers=num_layers, domains=dict(sorted(domains.items())), drafter=drafter,
                      model_identity=maps[0].model_identity)
 

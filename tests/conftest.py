@@ -26,10 +26,12 @@ for _name, _value in {
     "WANDB_SILENT": "true",
     "TOKENIZERS_PARALLELISM": "false",
     "SPECSPARSE_CACHE": _CACHE,
+    "HF_DATASETS_CACHE": os.path.join(_CACHE, "datasets"),  # what `datasets` builds from local files
 }.items():
     os.environ[_name] = _value
 
 import copy
+import json
 import struct
 
 import pytest
@@ -271,3 +273,34 @@ def wandb_records(run_file: Path) -> list:
         out.append(record)
     return out
 
+
+
+# -- the benchmark domains' data, in their sources' formats (made-up rows) ---------------------------------
+def write_jsonl(file: Path, rows: list) -> Path:
+    file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return file
+
+
+def write_bfcl_folder(folder: Path, n: int) -> Path:
+    """A BFCL v4 data folder in bfcl-eval's layout: n simple_python and n multiple questions."""
+    (folder / "possible_answer").mkdir(parents=True, exist_ok=True)
+    for category in ("simple_python", "multiple"):
+        schema = {"name": "math.square", "description": "x squared",
+                  "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}
+        write_jsonl(folder / f"BFCL_v4_{category}.json", [
+            {"id": f"{category}_{i}", "question": [[{"role": "user", "content": f"Square {i}."}]], "function": [schema]}
+            for i in range(n)])
+        write_jsonl(folder / "possible_answer" / f"BFCL_v4_{category}.json",
+                    [{"id": f"{category}_{i}", "ground_truth": [{"math.square": {"x": [i]}}]} for i in range(n)])
+    return folder
+
+
+# Rows of n examples in the Hub's formats: HuggingFaceH4/MATH-500, HuggingFaceH4/aime_2024, eriktks/conll2003
+# (the last sentence without entities).
+HUB_ROWS = {
+    "math500": lambda n: [{"problem": f"What is {i}/2?", "answer": rf"\frac{{{i}}}{{2}}", "unique_id": f"test/{i}.json"}
+                          for i in range(n)],
+    "aime": lambda n: [{"id": i, "problem": f"Find {i} + 1.", "answer": str(i + 1), "year": "2024"} for i in range(n)],
+    "ner": lambda n: [{"id": str(i), "tokens": ["Peter", "Blackburn", "visited", f"Paris{i}", "."], "ner_tags": [1, 2, 0, 5, 0]}
+                      for i in range(n - 1)] + [{"id": str(n - 1), "tokens": ["Nothing", "here"], "ner_tags": [0, 0]}],
+}

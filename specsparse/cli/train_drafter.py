@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from specsparse.cli.common import add_forward_path_option, fail, forward_path_problem, missing_model, set_threads
-from specsparse.data import DOMAINS, load_examples
+from specsparse.data import BUILTIN_SETS, load_examples
 from specsparse.decoding.models import ModelLoadError
 from specsparse.drafters.eagle.recipe import TrainingRecipe
 from specsparse.util import first_line
@@ -75,8 +75,8 @@ def run_train_drafter(args: argparse.Namespace) -> int:
         return fail(f"--prompts {args.prompts}: no such file (give builtin or a .jsonl of prompts)")
     if args.prompts != "builtin" and (args.held_out or args.prompts_per_set is not None):
         return fail("--held-out and --prompts-per-set choose among the built-in sets: leave them out with --prompts FILE")
-    if unknown := sorted(set(args.held_out) - set(DOMAINS)):
-        return fail(f"--held-out {unknown[0]}: not a built-in set; give one of {', '.join(DOMAINS)}")
+    if unknown := sorted(set(args.held_out) - set(BUILTIN_SETS)):
+        return fail(f"--held-out {unknown[0]}: not a built-in set; give one of {', '.join(BUILTIN_SETS)}")
     if args.limit is not None and (not args.held_out or args.limit < 2):
         return fail(f"--limit {args.limit}: give it (>= 2, as domain.limit) with the --held-out domains it limits")
     output = Path(args.output)

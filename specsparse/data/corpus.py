@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsparse.data.domain import DOMAINS, load_examples
+from specsparse.data.domain import BUILTIN_SETS, load_examples
 from specsparse.util import read_jsonl
 
 KEYWORDS = ("dense_outputs", "references", "builtin", "drafter_responses")
@@ -81,9 +81,9 @@ def load_responses(entry: str) -> list[str]:
 def builtin_sets(entry: str) -> list[str] | None:
     """The built-in domains a "builtin" / "builtin:<domain>" entry names; None for any other entry."""
     if entry == "builtin":
-        return list(DOMAINS)
+        return list(BUILTIN_SETS)
     name = entry.removeprefix("builtin:")
-    return [name] if name != entry and name in DOMAINS else None
+    return [name] if name != entry and name in BUILTIN_SETS else None
 
 
 def is_keyword(entry: str) -> bool:

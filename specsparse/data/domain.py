@@ -22,12 +22,14 @@ from specsparse.data.examples import Example
 from specsparse.data.sources import SOURCES
 from specsparse.data.split import split_examples
 from specsparse.metrics import METRICS, get_metric_spec, score
+from specsparse.metrics.code import extract_code
+from specsparse.metrics.math_answers import final_answer
 from specsparse.metrics.text import extract_choice_letter, extract_number
 
 log = logging.getLogger(__name__)
 
 DEFINITIONS = Path(__file__).resolve().parent / "conf" / "domain"
-ANSWER_FORMATS = ("text", "number", "choice")
+ANSWER_FORMATS = ("text", "number", "choice", "code", "boxed")
 SPLITS = ("calibration", "test", "all")  # "all": every example, unsplit (baselines, reports)
 # The order `DOMAINS` lists the definitions in (Spec-Bench's, then MMLU): what walks every domain (a
 # drafter's training sets, the router's prompts, built-in corpora) walks them in it.
@@ -41,7 +43,8 @@ class Domain:
     name: domain name ("translation", "qa", ...).
     metric: name of the metric in `specsparse.metrics.METRICS`, or None (no automatic metric).
     answer_format: how the answer is read from an output: "text" (stripped output), "number"
-        (final number) or "choice" (option letter).
+        (final number), "choice" (option letter), "code" (the first fenced code block) or "boxed"
+        (the last \\boxed{} answer, else the final number).
     input_template: turns a raw input field into the first user turn, for sources whose records
         lack the instruction (GSM8K, jsonl, hf); "{input}" is replaced by the raw text.
     turn_template: applied to every user turn when chat messages are built; "{turn}" is replaced
@@ -49,6 +52,8 @@ class Domain:
     source, path, options: the loader of `specsparse.data.sources.SOURCES`, its file or folder and its
         options; limit: keep the first n examples (before the split).
     calibration_fraction, split_seed, exclude_ids: the calibration / test split (`split_examples`).
+    execute_code: allow a metric that runs model-written programs (`code_pass`) to run them on this
+        machine; off by default, and scoring such a metric without it is refused.
     """
 
     name: str
@@ -63,6 +68,7 @@ class Domain:
     calibration_fraction: float = 0.2
     split_seed: int = 0
     exclude_ids: tuple[str, ...] = ()
+    execute_code: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exclude_ids", tuple(self.exclude_ids))
@@ -78,6 +84,14 @@ class Domain:
             raise ValueError(f"input_template must contain '{{input}}', got {self.input_template!r}")
         if "{turn}" not in self.turn_template:
             raise ValueError(f"turn_template must contain '{{turn}}', got {self.turn_template!r}")
+        if not isinstance(self.execute_code, bool):
+            raise ValueError(f"execute_code must be true or false, got {self.execute_code!r}")
+
+    def check_code_execution(self) -> None:
+        """ValueError unless the metric runs no programs or the domain allows it (`execute_code`)."""
+        if self.metric is not None and get_metric_spec(self.metric).runs_code and not self.execute_code:
+            raise ValueError(f"the {self.metric} metric runs model-written code on this machine: allow it with "
+                             "domain.execute_code=true (or set domain.metric=null)")
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Domain:
@@ -121,12 +135,17 @@ class Domain:
 
         number: the final number ('' when there is none); choice: the option letter, or the
         stripped output when no letter is found (the metric then looks for the option text);
-        text: the stripped output.
+        code: the first fenced code block, else the output; boxed: the last boxed answer, else the
+        final number, else the stripped output; text: the stripped output.
         """
         if self.answer_format == "number":
             return extract_number(output) or ""
         if self.answer_format == "choice":
             return extract_choice_letter(output) or output.strip()
+        if self.answer_format == "code":
+            return extract_code(output)
+        if self.answer_format == "boxed":
+            return final_answer(output)
         return output.strip()
 
     def score_outputs(self, outputs: Sequence[str], examples: Sequence[Example]) -> dict[str, float] | None:
@@ -134,6 +153,7 @@ class Domain:
         references (for a conversation, the last turn's output is the one scored)."""
         if len(outputs) != len(examples):
             raise ValueError(f"{len(outputs)} outputs but {len(examples)} examples")
+        self.check_code_execution()
         return score(self.metric, [self.extract_answer(text) for text in outputs], [ex.references for ex in examples])
 
 
@@ -151,6 +171,9 @@ def _read_definitions() -> dict[str, Domain]:
 
 
 DOMAINS: dict[str, Domain] = _read_definitions()
+# The domains whose examples ship with specsparse (specsparse/data/builtin/): what a drafter trains on, the
+# router's prompts and the "builtin" corpora walk. The others load from a package, a file or the Hub.
+BUILTIN_SETS: tuple[str, ...] = tuple(name for name, domain in DOMAINS.items() if domain.source == "builtin")
 
 
 def get_domain(name: str, **overrides: Any) -> Domain:

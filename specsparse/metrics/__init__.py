@@ -5,8 +5,9 @@ library; what a job writes and prints is on the 0-100 scale of sacreBLEU and the
     {'exact_match': 1.0, 'f1': 1.0, 'score': 1.0}
 
 `score` returns the module's values plus "score", the headline value of that metric (BLEU for
-sacrebleu, ROUGE-L F for rouge, F1 for squad, accuracy otherwise). It returns None, not 0, when
-nothing can be scored (no metric, or no example has a reference); callers display that as "n/a".
+sacrebleu, ROUGE-L F for rouge, F1 for squad and entity_f1, pass@1 for code_pass, accuracy
+otherwise). It returns None, not 0, when nothing can be scored (no metric, or no example has a
+reference); callers display that as "n/a".
 `evaluate` is imported on first use, because importing it pulls in most of transformers.
 """
 
@@ -27,11 +28,13 @@ MODULES_DIR = Path(__file__).resolve().parent / "modules"
 @dataclass(frozen=True)
 class MetricSpec:
     """A local evaluate module (file under metrics/modules/), the key of its headline value and the
-    name tables show for it."""
+    name tables show for it. runs_code: the metric executes model-written programs (a domain must opt
+    in with `execute_code`)."""
 
     module: str
     headline: str
     label: str
+    runs_code: bool = False
 
     @property
     def path(self) -> Path:
@@ -45,6 +48,10 @@ METRICS: dict[str, MetricSpec] = {
     "answer_in_list": MetricSpec("answer_in_list.py", "accuracy", "answer accuracy"),
     "numeric_match": MetricSpec("numeric_match.py", "accuracy", "numeric accuracy"),
     "choice_accuracy": MetricSpec("choice_accuracy.py", "accuracy", "choice accuracy"),
+    "code_pass": MetricSpec("code_pass.py", "pass_at_1", "pass@1", runs_code=True),
+    "call_match": MetricSpec("call_match.py", "accuracy", "call accuracy"),
+    "math_equiv": MetricSpec("math_equiv.py", "accuracy", "answer accuracy"),
+    "entity_f1": MetricSpec("entity_f1.py", "f1", "entity F1"),
 }
 SCALE = 100.0  # outputs show metrics as 0-100
 

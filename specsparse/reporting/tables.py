@@ -32,7 +32,7 @@ from specsparse.decoding.models import load_model_cached
 from specsparse.measuring.intervals import mean_interval
 from specsparse.reporting.mixed_stream import round_robin, run_mixed_stream
 from specsparse.reporting.records import JobRecord, ReportError, bounded, latest, tss_jobs
-from specsparse.serving.controller import Controller, drafter_factory
+from specsparse.serving.controller import Controller, domain_drafter_factories, drafter_factory
 from specsparse.serving.router import make_router, map_routing_prompts
 from specsparse.types import Component, GenerationConfig, recorded_class_path
 
@@ -332,22 +332,25 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
     unless `serve_inconclusive`, as serving routes them) against dense, timed side by side now, with
     the model, drafter and generation settings of the jobs."""
     jobs = [r for (_, domain), r in tss_jobs(records, strategy).items() if domain in merged.domains]
-    settings = {json.dumps(_run_settings(r.reproduce.get("evaluation_spec") or {}), sort_keys=True) for r in jobs}
-    if len(settings) != 1:
-        raise ReportError("--mixed-stream needs jobs of one model, drafter and generation setting; "
-                          f"these jobs have {len(settings)}: pass the folders of one sweep")
-    spec = json.loads(settings.pop())
+    settings = [_run_settings(r.reproduce.get("evaluation_spec") or {}) for r in jobs]
+    shared = {json.dumps({**s, "drafter": (s["drafter"] or {}).get("class_path")}, sort_keys=True) for s in settings}
+    if len(shared) != 1:
+        raise ReportError("--mixed-stream needs jobs of one model, drafter kind and generation setting; "
+                          f"these jobs have {len(shared)}: pass the folders of one sweep")
+    spec = settings[0]
     if spec["model"] is None:
         raise ReportError("--mixed-stream needs the jobs' reproduce.json (their folders, not bare summaries)")
     target = load_model_cached(spec["model"], spec["dtype"], spec["device"], spec.get("forward_path", "auto"))
     drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])
     # What the drafter learns before it drafts (a corpus, a warm table) leaves out every prompt the jobs
-    # measured, the stream's among them, as each job's own drafter did (`Drafter.job_context`).
+    # measured, the stream's among them, as each job's own drafter did (`Drafter.job_context`). A domain
+    # whose job ran another drafter (its own EAGLE head) is served with it (`DomainConfig.drafter`).
     measured = sorted({ex.id for split in ("calibration", "test")
                        for examples in mapped_test_splits(records, merged, strategy, split).values() for ex in examples})
     context = {"exclude_ids": measured} if "exclude_ids" in drafter.cls.job_context else {}
-    controller = Controller(target, merged, drafter_factory(drafter, **context),
-                            make_router("tfidf").fit(map_routing_prompts(merged)), serve_inconclusive=serve_inconclusive)
+    controller = Controller(target, merged, drafter_factory(merged.drafter or drafter, **context),
+                            make_router("tfidf").fit(map_routing_prompts(merged)), serve_inconclusive=serve_inconclusive,
+                            domain_drafters=domain_drafter_factories(merged, **context))
     stream = round_robin(mapped_test_splits(records, merged, strategy), per_domain)
     result = run_mixed_stream(controller, stream, GenerationConfig(**spec["generation"]), progress)
     return {

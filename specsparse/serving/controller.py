@@ -123,6 +123,12 @@ def drafter_factory(drafter: Component | str, **options: Any) -> DrafterFactory:
     return lambda target, vocab_ids: drafter.build(target=target, vocab_ids=vocab_ids)
 
 
+def domain_drafter_factories(config_map: ConfigMap, **options: Any) -> dict[str, DrafterFactory]:
+    """Factories of the drafters a merged map records for single domains (an EAGLE head of each
+    domain's own; `ConfigMap.domains[...].drafter`), with `options` over theirs."""
+    return {name: drafter_factory(d.drafter, **options) for name, d in config_map.domains.items() if d.drafter is not None}
+
+
 class Controller:
     """Serves requests on one loaded target, applying each domain's skip set. Thread-safe: requests
     run one at a time under a lock (callers queue on it)."""
@@ -138,7 +144,10 @@ class Controller:
         max_prompt_tokens: int | None = None,
         force_map: bool = False,
         serve_inconclusive: bool = False,
+        domain_drafters: Mapping[str, DrafterFactory] | None = None,
     ) -> None:
+        """domain_drafters: the factories of domains served by a drafter of their own
+        (`domain_drafter_factories`); every other domain, and the dense fallback, use `drafter_factory`."""
         self.target = target
         self.config_map, self.serving = serving_plan(config_map, serve_inconclusive)  # what each domain runs, and why
         config_map = self.config_map
@@ -158,7 +167,8 @@ class Controller:
         for domain in (None, *config_map.domains):
             ids = self.vocab_ids.get(domain) if domain else None
             try:
-                self._drafters[domain] = drafter_factory(target, None if ids is None else list(ids))
+                build = (domain_drafters or {}).get(domain, drafter_factory) if domain else drafter_factory
+                self._drafters[domain] = build(target, None if ids is None else list(ids))
             except (TypeError, ValueError) as err:  # TypeError: an option the drafter does not take
                 raise ControllerError(f"drafter cannot be built: {err}") from err
 
@@ -192,8 +202,9 @@ class Controller:
         """Load the target and the config map, and build the drafter and the router.
 
         drafter: None serves the drafter the config map records, as the search measured it (a map of
-            an earlier version names it only: its default options, said once); a short name
-            ("pld", ..., "none") serves that drafter instead.
+            an earlier version names it only: its default options, said once), and each domain's own
+            where a merged map records one; a short name ("pld", ..., "none") serves that drafter
+            everywhere instead.
         drafter_options: options over the drafter's (e.g. another checkpoint `path`).
         router_examples: "map" (fit on the calibration prompts the config map records for its domains,
             the search's own data, plus the built-in calibration prompts of the built-in domains it
@@ -210,10 +221,11 @@ class Controller:
             log.warning("%s names its drafter only (%r, written by an earlier version): serving it with its "
                         "default options, which may not be those the search measured with", config_map, cmap.drafter)
         factory = drafter_factory(drafter or cmap.drafter or DEFAULT_DRAFTER, **(drafter_options or {}))
+        own = domain_drafter_factories(cmap, **(drafter_options or {})) if drafter is None else {}
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype, forward_path=forward_path)
         controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map,
-                         serve_inconclusive)  # checks the map
+                         serve_inconclusive, own)  # checks the map
         controller.router = _build_router(router_examples, router_kind, target, cmap)
         return controller
 
@@ -439,5 +451,6 @@ __all__ = [
     "PromptTooLongError",
     "Route",
     "UnknownDomainError",
+    "domain_drafter_factories",
     "drafter_factory",
 ]

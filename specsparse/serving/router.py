@@ -267,12 +267,12 @@ def builtin_prompts(
 ) -> dict[str, list[str]]:
     """{domain: [routing text, ...]} of the built-in domains' calibration or test split (the same
     20% / 80% split the offline search uses), one text per example (all its user turns)."""
-    from specsparse.data import DOMAINS, load_examples, split_examples  # noqa: PLC0415
+    from specsparse.data import BUILTIN_SETS, load_examples, split_examples  # noqa: PLC0415
 
     if split not in ("calibration", "test"):
         raise ValueError(f"split must be 'calibration' or 'test', got {split!r}")
     prompts = {}
-    for domain in domains or DOMAINS:
+    for domain in domains or BUILTIN_SETS:
         calibration, test = split_examples(load_examples(domain, "builtin"), seed=seed)
         prompts[domain] = ["\n\n".join(ex.turns) for ex in (calibration if split == "calibration" else test)]
     return prompts
@@ -287,9 +287,9 @@ def map_routing_prompts(cmap: ConfigMap) -> dict[str, list[str]]:
     if missing:
         log.warning("config map records no routing prompts for %s: the router uses built-in calibration prompts there",
                     ", ".join(missing))
-    from specsparse.data import DOMAINS  # noqa: PLC0415
+    from specsparse.data import BUILTIN_SETS  # noqa: PLC0415
 
-    builtin = builtin_prompts("calibration", [d for d in DOMAINS if d not in recorded])
+    builtin = builtin_prompts("calibration", [d for d in BUILTIN_SETS if d not in recorded])
     return {**builtin, **recorded}
 
 

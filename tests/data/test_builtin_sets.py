@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specsparse.data import DOMAINS, Example, get_domain, load_examples, split_examples
+from specsparse.data import BUILTIN_SETS, Example, get_domain, load_examples, split_examples
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILTIN = ROOT / "specsparse" / "data" / "builtin"
@@ -44,13 +44,13 @@ def _new(domain: str, examples: list[Example]) -> list[Example]:
 
 
 def test_every_domain_is_covered():
-    assert set(ORIGINALS) == set(DOMAINS)
+    assert set(ORIGINALS) == set(BUILTIN_SETS)
 
 
 # ----------------------------------------------------------------------------- every domain
 
 
-@pytest.mark.parametrize("domain", list(DOMAINS))
+@pytest.mark.parametrize("domain", list(BUILTIN_SETS))
 def test_size_ids_turns_and_split(domain):
     examples = load_examples(domain)
     assert 100 <= len(examples) <= 130
@@ -63,7 +63,7 @@ def test_size_ids_turns_and_split(domain):
     assert len(calibration) >= 20 and len(calibration) + len(test) == len(examples)
 
 
-@pytest.mark.parametrize("domain", list(DOMAINS))
+@pytest.mark.parametrize("domain", list(BUILTIN_SETS))
 def test_references_match_the_metric(domain):
     examples = load_examples(domain)
     if get_domain(domain).metric is None:
@@ -72,7 +72,7 @@ def test_references_match_the_metric(domain):
         assert all(len(ex.turns) == 1 and ex.references and all(r.strip() for r in ex.references) for ex in examples)
 
 
-@pytest.mark.parametrize("domain", list(DOMAINS))
+@pytest.mark.parametrize("domain", list(BUILTIN_SETS))
 def test_original_rows_are_unchanged(domain):
     rows, sha, first_id, last_id = ORIGINALS[domain]
     head = _lines(domain)[:rows]

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsparse.data import (
+    BUILTIN_SETS,
     DOMAINS,
     SPEC_BENCH_CATEGORIES,
     Domain,
@@ -114,7 +115,7 @@ def test_example_is_frozen_and_normalises_sequences():
 # ----------------------------------------------------------------------------- built-in sets
 
 
-@pytest.mark.parametrize("name", list(DOMAINS))
+@pytest.mark.parametrize("name", list(BUILTIN_SETS))
 def test_builtin_sets(name):
     examples = load_examples(name)
     assert len(examples) >= 24

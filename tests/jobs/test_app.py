@@ -315,7 +315,8 @@ def _run_app(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args,needle", [
     (["drafter=self_skip", "drafter.skip_layers=[99]"], "out of range"),
     (["runner=ray", "runner.gpus_per_trial=1"], "GPU"),
-    (["domain.name=poetry"], "unknown"),
+    (["domain.name=poetry"], "no built-in set"),
+    (["domain=humaneval"], "domain.execute_code=true"),
 ])
 def test_run_py_prints_one_line_and_exits_before_the_model_loads(args, needle, tmp_path):
     if HAS_CUDA and "gpus_per_trial" in str(args):

@@ -200,7 +200,7 @@ def test_score_outputs_extracts_with_the_domain_rule():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(sorted(METRICS)),
+@given(st.sampled_from(sorted(set(METRICS) - {"code_pass", "call_match"})),  # references: programs, JSON
        st.lists(st.tuples(st.sampled_from(["Paris", "the red barn", "B", "#### 7", "", "x y z"]),
                           st.lists(st.sampled_from(["Paris", "a red barn", "B", "7", "y"]), min_size=1, max_size=2)),
                 min_size=1, max_size=4))

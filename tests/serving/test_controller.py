@@ -15,6 +15,7 @@ from specsparse.config_map import (
     DomainConfig,
     OperatingPoint,
     load_config_map,
+    merge_config_maps,
     serving_plan,
     write_config_map,
 )
@@ -163,6 +164,26 @@ def test_serving_builds_the_drafter_a_job_measured(tmp_path):
     assert set(controller._drafters) == {None, "translation"}
     for drafter in controller._drafters.values():
         assert isinstance(drafter, PromptLookupDrafter) and (drafter.max_ngram_size, drafter.min_ngram_size) == (2, 2)
+
+
+def test_a_merged_map_serves_each_domain_the_drafter_its_job_measured(tiny, tmp_path):
+    """Jobs with drafters of their own (an EAGLE head per domain) merge into one map that keeps each
+    domain's drafter, through the file, and serving builds it for that domain."""
+    pld = Component(DRAFTERS["pld"], {"max_ngram_size": 2, "min_ngram_size": 2})
+    first = dataclasses.replace(make_map(translation=domain_config((1,))), drafter=Component(DRAFTERS["samd"]))
+    second = dataclasses.replace(make_map(math=domain_config((2,))), drafter=pld)
+    merged = merge_config_maps([first, second])
+    assert merged.drafter == Component(DRAFTERS["samd"])
+    assert merged.domains["translation"].drafter is None and merged.domains["math"].drafter == pld
+    path, _ = write_config_map(tmp_path / "merged", merged)
+    assert load_config_map(path) == merged
+    controller = Controller.from_files(model="tiny", config_map=path, router_examples=None)
+    assert isinstance(controller._drafters["math"], PromptLookupDrafter)
+    assert controller._drafters["math"].max_ngram_size == 2
+    assert isinstance(controller._drafters["translation"], SuffixAutomatonDrafter)
+    assert isinstance(controller._drafters[None], SuffixAutomatonDrafter)
+    everywhere = Controller.from_files(model="tiny", config_map=path, router_examples=None, drafter="samd")
+    assert all(isinstance(d, SuffixAutomatonDrafter) for d in everywhere._drafters.values())  # asked: one drafter
 
 
 def test_a_map_naming_its_drafter_only_serves_its_defaults_and_says_so(tmp_path, caplog):

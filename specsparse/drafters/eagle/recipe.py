@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specsparse.data import DOMAINS, Example, load_examples
+from specsparse.data import BUILTIN_SETS, Example, load_examples
 from specsparse.types import GenerationConfig
 
 
@@ -56,7 +56,7 @@ class TrainingRecipe:
         another domain holds out nothing here, and shares its head)."""
         if self.prompts != "builtin":
             return self
-        known = {ex.id for name in self.domains or DOMAINS for ex in load_examples(name, "builtin")}
+        known = {ex.id for name in self.domains or BUILTIN_SETS for ex in load_examples(name, "builtin")}
         return replace(self, held_out_ids=tuple(sorted(set(ids) & known)))
 
     def check(self) -> None:
@@ -91,9 +91,9 @@ class TrainingRecipe:
             read_vocab_file(self.vocab_file)
         if self.prompts != "builtin" and not Path(self.prompts).is_file():
             raise ValueError(f"prompts {self.prompts}: no such file (give builtin or a .jsonl of prompts)")
-        unknown = sorted(set(self.domains or ()) - set(DOMAINS))
+        unknown = sorted(set(self.domains or ()) - set(BUILTIN_SETS))
         if unknown or (self.domains is not None and not self.domains):
-            raise ValueError(f"domains {unknown or '[]'}: give built-in sets among {', '.join(DOMAINS)} (or null for all)")
+            raise ValueError(f"domains {unknown or '[]'}: give built-in sets among {', '.join(BUILTIN_SETS)} (or null for all)")
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """The draft vocabulary against the target's, once it is known (before any reply is generated)."""
@@ -122,7 +122,7 @@ def builtin_training(recipe: TrainingRecipe) -> dict[str, list[Example]]:
     `prompts_per_set`, the first ones)."""
     held_out = set(recipe.held_out_ids)
     return {name: [ex for ex in load_examples(name, "builtin") if ex.id not in held_out][: recipe.prompts_per_set]
-            for name in recipe.domains or DOMAINS}
+            for name in recipe.domains or BUILTIN_SETS}
 
 
 def recipe_from_options(options: dict) -> TrainingRecipe:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from dataclasses import replace
 from functools import partial
 from operator import attrgetter, methodcaller
 from pathlib import Path
@@ -66,6 +67,11 @@ def run_job(
     except (TypeError, ValueError) as err:  # option values only a model and its data can check
         raise ConfigError(f"search {search.name}: {first_line(err)}") from None
     result = study.search(strategy, max_measurements)
+    rule = getattr(strategy, "rule", None)
+    if rule is not None and rule.select == "measured" and result.selected != result.baseline:
+        front_timing = study.call("calibration", partial(time_front, result=result, candidates=rule.measured_candidates,
+                                                         prompts=rule.measured_prompts, progress=progress))
+        result = pick_by_timing(result, front_timing)
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
         if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
@@ -105,6 +111,40 @@ def time_on_test(test: Evaluator, result: SearchResult, timing_prompts: int | No
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
     return time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
                              progress=progress)
+
+
+def time_front(calibration: Evaluator, result: SearchResult, candidates: int = 4, prompts: int | None = 16,
+               progress: bool = True) -> SideBySide:
+    """Dense and the search's front (the pick and its alternatives, cheapest modeled first; the first
+    `candidates`) timed side by side with the engine on the first `prompts` calibration prompts (None:
+    all), by the calibration Evaluator: what select="measured" picks from. Labels are the candidates'."""
+    front = [result.selected, *(c for c, _ in result.alternatives)][:candidates]
+    configurations = [(c.label, c.skip_layers, calibration.drafter_factory(c.vocab_size)) for c in (result.baseline, *front)]
+    examples = calibration.examples[:prompts] if prompts else calibration.examples
+    return time_side_by_side(calibration.target, calibration.domain, examples, configurations,
+                             calibration.spec.generation, progress=progress)
+
+
+def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:
+    """`result` with the timed configuration of the highest measured tokens/s selected (dense among them:
+    the empty skip set is feasible too), the other timed front members as its alternatives, and the
+    timing in `info["measured_selection"]` beside each candidate's modeled speedup over dense."""
+    measured = dict(result.history)
+    timed = [next(c for c in (result.baseline, result.selected, *(c for c, _ in result.alternatives)) if c.label == label)
+             for label in timing.labels]
+    best = max(range(len(timed)), key=lambda i: timing.tokens_per_s[i])
+    chosen = timed[best]
+    dense_rate = measured[result.baseline].modeled_tokens_per_s
+    rows = [{"configuration": c.label, "modeled_speedup_vs_dense": measured[c].modeled_tokens_per_s / dense_rate if dense_rate else None,
+             "measured_speedup_vs_dense": [1.0, 1.0, 1.0] if i == 0 else timing.speedup(c.label, timing.labels[0]),
+             "measured_tokens_per_s": timing.tokens_per_s[i]} for i, c in enumerate(timed)]
+    modeled_pick = result.selected.label
+    note = (f"select=measured: {chosen.label} had the lowest measured time per token of {len(timed)} configurations timed "
+            f"side by side on {timing.prompts} calibration prompts (the modeled pick was {modeled_pick})")
+    alternatives = tuple((c, measured[c]) for c in timed[1:] if c != chosen)
+    notes = (*result.notes, note, *(("dense measured fastest: the dense target is kept",) if chosen == result.baseline else ()))
+    return replace(result, selected=chosen, selected_measurement=measured[chosen], alternatives=alternatives, notes=notes,
+                   info={**result.info, "measured_selection": rows, "modeled_pick": modeled_pick})
 
 
 def run_plan(plan: JobPlan) -> JobResult:

@@ -230,6 +230,10 @@ def results_table(job: JobResult) -> str:
     )
     for note in s["notes"]:
         lines.append(f"note: {note}")
+    if rows := s["info"].get("measured_selection"):
+        lines.append("select=measured, the front timed side by side on calibration prompts (speedup over dense):")
+        lines += [f"  {r['configuration']:<16} modeled {_fmt(r['modeled_speedup_vs_dense'], 2)}x   measured "
+                  f"{_with_interval(r['measured_speedup_vs_dense'], 2)}x" for r in rows]
     if job.vocab_comparison is not None:
         lines += [f"draft vocabularies on the test split, timed side by side on {job.vocab_comparison['prompts']} "
                   "prompts (vocab_comparison.md):", comparison_markdown(job.vocab_comparison).rstrip()]

@@ -79,13 +79,14 @@ def is_feasible(
     return True
 
 
-SELECTION_RULES = ("time_per_token", "verify_cost")
+SELECTION_RULES = ("time_per_token", "verify_cost", "measured")
 
 
 def selection_cost(m: Measurement, rule: str = "time_per_token") -> float:
     """The cost a selection minimises: modeled time per generated token ("time_per_token", see the
-    module doc), or modeled time of one verification step ("verify_cost", the paper's rule)."""
-    return m.modeled_verify_cost if rule == "verify_cost" else m.modeled_cost
+    module doc), or modeled time of one verification step ("verify_cost", the paper's rule; "measured"
+    orders the front by it before the job times its head, `specsparse.jobs.job.pick_by_timing`)."""
+    return m.modeled_cost if rule == "time_per_token" else m.modeled_verify_cost
 
 
 def selection_key(point: Point, rule: str = "time_per_token") -> tuple:

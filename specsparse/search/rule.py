@@ -48,8 +48,14 @@ class TSSRule:
         The single-objective baselines take it as they take the metric: only `accept_only` leaves it out.
     select: how the pick is made among feasible configurations. "time_per_token" (a deviation): the
         Pareto front over (A, M, modeled time per generated token), cheapest first, which accounts for
-        accept length. "verify_cost" (the paper's rule): drop what (A, M) dominate, then take the lowest
-        modeled verification cost per step. Both come from the cost profile, never from a stored timing.
+        accept length. "verify_cost": drop what (A, M) dominate, then take the lowest modeled verification
+        cost per step. Both come from the cost profile, never from a stored timing. "measured" (the paper's
+        rule as it states it): the front of "verify_cost", cheapest modeled first; the job then times its
+        first `measured_candidates` and dense with the engine, side by side on `measured_prompts`
+        calibration prompts, and keeps the lowest measured time per token (the test split stays
+        untouched until the held-out check).
+    measured_candidates, measured_prompts: how many front members, and calibration prompts (None: all),
+        select="measured" times.
     """
 
     max_depth: int = 4
@@ -64,6 +70,8 @@ class TSSRule:
     guard: str = "auto"
     min_fidelity: float = 30.0
     select: str = "time_per_token"
+    measured_candidates: int = 4
+    measured_prompts: int | None = 16
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "protect_layers", tuple(sorted({int(i) for i in self.protect_layers})))
@@ -79,6 +87,9 @@ class TSSRule:
             raise ValueError(f"metric_floor must be in [0, 1), got {self.metric_floor}")
         if self.max_depth < 1:
             raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
+        if self.measured_candidates < 1 or self.measured_prompts is not None and self.measured_prompts < 2:
+            raise ValueError(f"measured_candidates must be >= 1 and measured_prompts >= 2 or None, got "
+                             f"{self.measured_candidates}, {self.measured_prompts}")
         if not 0 <= self.eps_accept < 1 or not 0 <= self.eps_metric < 1:
             raise ValueError(f"eps_accept and eps_metric must be in [0, 1), got {self.eps_accept}, {self.eps_metric}")
         if self.max_pool is not None and self.max_pool < 1:

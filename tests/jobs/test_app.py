@@ -152,7 +152,7 @@ def test_gpu_presets_compose_as_the_papers_set_them_up(experiment, tmp_path):
         assert sources == {"translation": "spec_bench", "summarization": "spec_bench", "qa": "spec_bench",
                            "rag": "spec_bench", "mmlu": "mmlu"}
         assert job["tss"]["max_pool"] is None and job["tss"]["tau"] == job["tss"]["eps_accept"] == 0.05
-        assert (job["tss"]["feasibility"], job["tss"]["select"]) == ("point", "verify_cost")
+        assert (job["tss"]["feasibility"], job["tss"]["select"]) == ("point", "measured")
     else:
         assert job["model"]["name"] == "llama31_8b" and job["search"]["_target_"].endswith("TPEVocabSearch")
         assert sources == {"mt_bench": "spec_bench", "math": "gsm8k"}

@@ -50,7 +50,7 @@ def test_paper_tss_cpu_twin_runs_and_reports(tmp_path):
     assert sorted(r.domain for r in records) == ["mmlu", "qa"]
     for record in records:
         assert record.summary["strategy"] == "bfs" and record.summary["held_out"]["verdict"]
-        assert record.reproduce["config"]["tss"]["select"] == "verify_cost"
+        assert record.reproduce["config"]["tss"]["select"] == "measured"
     written = build_report(records, tmp_path / "report", plots=False, merge_config_map=tmp_path / "map",
                            mixed_stream=1, progress=False)
     table1 = pd.read_csv(written["table1"][2], keep_default_na=False)

@@ -1,0 +1,71 @@
+"""tss.select=measured, the TSS paper's final pick: the (A, M) front's cheapest modeled candidates and
+dense timed side by side on calibration prompts, the lowest measured time per token kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specsparse.data import get_domain
+from specsparse.jobs.job import pick_by_timing, run_job
+from specsparse.measuring.evaluation import EvaluationSpec
+from specsparse.measuring.timing import SideBySide
+from specsparse.search.base import SearchResult
+from specsparse.search.rule import TSSRule
+from specsparse.study.runners.local import LocalRunner
+from specsparse.study.store import ResultsStore
+from specsparse.types import Candidate, Component, GenerationConfig, Measurement
+
+DENSE, A, B, C = Candidate(()), Candidate((1,)), Candidate((2,)), Candidate((1, 2))
+
+
+def measurement(tokens_per_s: float) -> Measurement:
+    return Measurement(accept_length=2.0, metric=0.5, modeled_cost=1 / tokens_per_s, flops_fraction=1.0,
+                       modeled_tokens_per_s=tokens_per_s, new_tokens=10, target_forwards=5, wall_time_s=0.0)
+
+
+def front_result() -> SearchResult:
+    """A modeled pick A (cheapest modeled), then alternatives B and C."""
+    m = {DENSE: measurement(10.0), A: measurement(14.0), B: measurement(13.0), C: measurement(12.0)}
+    return SearchResult("bfs", DENSE, m[DENSE], A, m[A], ((B, m[B]), (C, m[C])), tuple(m.items()))
+
+
+def timed(rates: dict[Candidate, float]) -> SideBySide:
+    labels = tuple(c.label for c in rates)
+    values = list(rates.values())
+    speedups = {f"{labels[j]}/{labels[i]}": [values[j] / values[i]] * 3 for i in range(len(labels)) for j in range(i + 1, len(labels))}
+    return SideBySide(labels, tuple(values), speedups, prompts=16)
+
+
+@pytest.mark.parametrize("fastest", [A, B, C, DENSE])
+def test_the_measured_fastest_of_the_front_is_picked(fastest):
+    rates = {DENSE: 10.0, A: 11.0, B: 11.5, C: 10.5}
+    rates[fastest] = 20.0
+    result = pick_by_timing(front_result(), timed(rates))
+    assert result.selected == fastest and result.selected_measurement == dict(front_result().history)[fastest]
+    assert fastest not in [c for c, _ in result.alternatives] and DENSE not in [c for c, _ in result.alternatives]
+    rows = {r["configuration"]: r for r in result.info["measured_selection"]}
+    assert set(rows) == {"dense", A.label, B.label, C.label} and result.info["modeled_pick"] == A.label
+    assert rows[A.label]["modeled_speedup_vs_dense"] == pytest.approx(1.4)  # modeled and measured side by side
+    assert rows[fastest.label]["measured_tokens_per_s"] == 20.0
+    assert any("select=measured" in n for n in result.notes)
+    assert any("dense target is kept" in n for n in result.notes) == (fastest == DENSE)
+
+
+def test_a_job_with_select_measured_times_its_front_on_calibration_prompts(tmp_path):
+    spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
+                          domain=get_domain("translation", limit=15),
+                          generation=GenerationConfig(max_new_tokens=12, num_draft_tokens=3))
+    rule = TSSRule(max_depth=2, max_pool=3, feasibility="point", guard="task", eps_accept=0.5, eps_metric=0.9,
+                   select="measured", measured_candidates=2, measured_prompts=2)
+    search = Component("specsparse.search.bfs.BFSSearch", {"rule": rule})
+    job = run_job(spec, search, LocalRunner(progress=False), ResultsStore(tmp_path / "store.sqlite"), tmp_path / "job",
+                  timing_prompts=2, progress=False)
+    result = job.search_result
+    rows = result.info["measured_selection"]  # loose tolerances: the front holds a skip set to time
+    assert rows[0]["configuration"] == "dense" and 2 <= len(rows) <= 3
+    fastest = max(rows, key=lambda r: r["measured_tokens_per_s"])["configuration"]
+    assert result.selected.label == fastest
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert summary["info"]["measured_selection"] == rows

@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from specsparse.data import DOMAINS, build_messages, load_examples
+from specsparse.data import BUILTIN_SETS, DOMAINS, build_messages, load_examples
 from specsparse.data.split import split_examples
 from specsparse.decoding.engine import speculative_generate
 from specsparse.decoding.generation import encode_messages
@@ -42,7 +42,8 @@ def held_out_prompts(tokenizer, per_domain: int, spec_bench: str | None,
                      trained: set[str] = frozenset()) -> list[tuple[str, list[int]]]:
     """Up to `per_domain` prompts of each domain that no head was trained on (`trained`: example ids)."""
     prompts = []
-    for name, domain in DOMAINS.items():
+    for name in BUILTIN_SETS:
+        domain = DOMAINS[name]
         if spec_bench:
             if name not in SPEC_BENCH_DOMAINS:
                 continue

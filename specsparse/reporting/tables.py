@@ -32,7 +32,7 @@ from specsparse.decoding.models import load_model_cached
 from specsparse.measuring.intervals import mean_interval
 from specsparse.reporting.mixed_stream import round_robin, run_mixed_stream
 from specsparse.reporting.records import JobRecord, ReportError, bounded, latest, tss_jobs
-from specsparse.serving.controller import Controller, domain_drafter_factories, drafter_factory
+from specsparse.serving.controller import Controller, DrafterFactory, drafter_factory
 from specsparse.serving.router import make_router, map_routing_prompts
 from specsparse.types import Component, GenerationConfig, recorded_class_path
 
@@ -341,16 +341,19 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
     if spec["model"] is None:
         raise ReportError("--mixed-stream needs the jobs' reproduce.json (their folders, not bare summaries)")
     target = load_model_cached(spec["model"], spec["dtype"], spec["device"], spec.get("forward_path", "auto"))
-    drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])
+    drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])  # a map of an earlier version names it only
     # What the drafter learns before it drafts (a corpus, a warm table) leaves out every prompt the jobs
     # measured, the stream's among them, as each job's own drafter did (`Drafter.job_context`). A domain
     # whose job ran another drafter (its own EAGLE head) is served with it (`DomainConfig.drafter`).
     measured = sorted({ex.id for split in ("calibration", "test")
                        for examples in mapped_test_splits(records, merged, strategy, split).values() for ex in examples})
-    context = {"exclude_ids": measured} if "exclude_ids" in drafter.cls.job_context else {}
-    controller = Controller(target, merged, drafter_factory(merged.drafter or drafter, **context),
+    def factory(component: Component) -> DrafterFactory:
+        return drafter_factory(component, **({"exclude_ids": measured} if "exclude_ids" in component.cls.job_context else {}))
+
+    own = {name: factory(d.drafter) for name, d in merged.domains.items() if d.drafter is not None}
+    controller = Controller(target, merged, factory(merged.drafter if isinstance(merged.drafter, Component) else drafter),
                             make_router("tfidf").fit(map_routing_prompts(merged)), serve_inconclusive=serve_inconclusive,
-                            domain_drafters=domain_drafter_factories(merged, **context))
+                            domain_drafters=own)
     stream = round_robin(mapped_test_splits(records, merged, strategy), per_domain)
     result = run_mixed_stream(controller, stream, GenerationConfig(**spec["generation"]), progress)
     return {

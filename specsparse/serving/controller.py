@@ -123,11 +123,6 @@ def drafter_factory(drafter: Component | str, **options: Any) -> DrafterFactory:
     return lambda target, vocab_ids: drafter.build(target=target, vocab_ids=vocab_ids)
 
 
-def domain_drafter_factories(config_map: ConfigMap, **options: Any) -> dict[str, DrafterFactory]:
-    """Factories of the drafters a merged map records for single domains (an EAGLE head of each
-    domain's own; `ConfigMap.domains[...].drafter`), with `options` over theirs."""
-    return {name: drafter_factory(d.drafter, **options) for name, d in config_map.domains.items() if d.drafter is not None}
-
 
 class Controller:
     """Serves requests on one loaded target, applying each domain's skip set. Thread-safe: requests
@@ -146,8 +141,8 @@ class Controller:
         serve_inconclusive: bool = False,
         domain_drafters: Mapping[str, DrafterFactory] | None = None,
     ) -> None:
-        """domain_drafters: the factories of domains served by a drafter of their own
-        (`domain_drafter_factories`); every other domain, and the dense fallback, use `drafter_factory`."""
+        """domain_drafters: factories of the domains a merged map serves with a drafter of their own
+        (`DomainConfig.drafter`); every other domain, and the dense fallback, use `drafter_factory`."""
         self.target = target
         self.config_map, self.serving = serving_plan(config_map, serve_inconclusive)  # what each domain runs, and why
         config_map = self.config_map
@@ -201,10 +196,9 @@ class Controller:
     ) -> Controller:
         """Load the target and the config map, and build the drafter and the router.
 
-        drafter: None serves the drafter the config map records, as the search measured it (a map of
-            an earlier version names it only: its default options, said once), and each domain's own
-            where a merged map records one; a short name ("pld", ..., "none") serves that drafter
-            everywhere instead.
+        drafter: None serves the drafters the config map records, as the searches measured them (a map of
+            an earlier version names it only: its default options, said once); a short name ("pld", ...,
+            "none") serves that drafter everywhere instead.
         drafter_options: options over the drafter's (e.g. another checkpoint `path`).
         router_examples: "map" (fit on the calibration prompts the config map records for its domains,
             the search's own data, plus the built-in calibration prompts of the built-in domains it
@@ -221,7 +215,8 @@ class Controller:
             log.warning("%s names its drafter only (%r, written by an earlier version): serving it with its "
                         "default options, which may not be those the search measured with", config_map, cmap.drafter)
         factory = drafter_factory(drafter or cmap.drafter or DEFAULT_DRAFTER, **(drafter_options or {}))
-        own = domain_drafter_factories(cmap, **(drafter_options or {})) if drafter is None else {}
+        own = {name: drafter_factory(d.drafter, **(drafter_options or {})) for name, d in cmap.domains.items()
+               if d.drafter is not None and drafter is None}
         ids = _read_vocab_ids(vocab_ids) if vocab_ids is not None else None
         target = load_model(model, dtype=dtype, forward_path=forward_path)
         controller = cls(target, cmap, factory, None, min_confidence, ids, max_prompt_tokens, force_map,
@@ -451,6 +446,5 @@ __all__ = [
     "PromptTooLongError",
     "Route",
     "UnknownDomainError",
-    "domain_drafter_factories",
     "drafter_factory",
 ]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import composed, plan_for
+from conftest import HUB_ROWS, composed, plan_for, write_jsonl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -39,7 +39,8 @@ def options(group: str) -> list[str]:
 def test_groups_have_options():
     for group in (*GROUPS, "experiment"):
         assert options(group), f"conf/{group}/ is empty"
-    assert set(options("domain")) == {"translation", "summarization", "qa", "math", "rag", "mt_bench", "mmlu"}
+    assert set(options("domain")) == {"translation", "summarization", "qa", "math", "rag", "mt_bench", "mmlu",
+                                      "humaneval", "function_calling", "math500", "aime", "ner"}
     assert set(options("search")) == {"bfs", "greedy", "random", "accept_only", "metric_only", "tpe_vocab", "joint_vocab"}
     assert {"smollm2_135m", "gemma3_270m", "tiny", "vicuna_7b", "llama2_13b", "llama31_8b"} <= set(options("model"))
 
@@ -64,6 +65,8 @@ def _companions(group: str, option: str) -> list[str]:
         extra.append("model.device=cpu")
     if group == "search" and option in ("tpe_vocab", "joint_vocab"):
         extra.append("drafter=self_skip")
+    if (group, option) == ("domain", "humaneval"):
+        extra.append("domain.execute_code=true")
     return extra
 
 
@@ -76,6 +79,9 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
 
         save_eagle_head(EagleHead(head_config(tiny.model.config)), tmp_path / "eagle")
         overrides.append(f"drafter.path={tmp_path / 'eagle'}")
+    if group == "domain" and option in HUB_ROWS:  # a local file in the Hub's format, not the network
+        data = write_jsonl(tmp_path / "data.jsonl", HUB_ROWS[option](10))
+        overrides += ["domain.path=json", f"+domain.options.data_files={data}", f"+domain.options.cache_dir={tmp_path / 'hf'}"]
     plan = plan_for([o for o in overrides if o], tmp_path)
     if group == "model":
         assert plan.model.name == option and plan.model.num_layers and plan.model.vocab_size

@@ -3,6 +3,7 @@ ablation plots, a merged multi-domain config map, and what each job records to b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from specsparse.reporting.report import build_report, find_jobs
 from specsparse.reporting.tables import merged_config_map, routing_table, table1, table2
 from specsparse.reporting.wandb_report import to_wandb_report
 from specsparse.serving.router import map_routing_prompts
+from specsparse.types import Component
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -252,7 +254,8 @@ def test_the_mixed_streams_drafter_learns_nothing_from_the_prompts_it_times(swee
         return build(cls, *args, **options)
 
     monkeypatch.setattr(SuffixAutomatonDrafter, "from_target", classmethod(recording))
-    merged = merged_config_map(records)
+    merged = dataclasses.replace(merged_config_map(records), drafter=Component(
+        "specsparse.drafters.samd.SuffixAutomatonDrafter", {"corpus": ["builtin"]}))  # and their maps
     mixed_stream_row(records, merged, per_domain=1, progress=False)
     streamed = {ex.id for examples in mapped_test_splits(records, merged).values() for ex in examples}
     assert excluded and all(streamed <= ids for ids in excluded)

@@ -1,30 +1,39 @@
-"""A Hydra sweeper that asks Optuna's TPE sampler for each job's overrides and tells it what the job returned.
+"""A Hydra sweeper that asks an Optuna sampler for each job's overrides and tells it what the job returned.
 
     python run.py -m hydra/sweeper=optuna hydra.sweeper.n_trials=8 'tss.tau=interval(0.01,0.2)' \
         'tss.max_depth=int(interval(1,3))' 'drafter=choice(samd,pld)'
+    python run.py -m hydra/sweeper=optuna hydra/sweeper/sampler=random hydra.sweeper.sampler.seed=3 ...
+
+Its options are hydra-optuna-sweeper's, names and config classes alike (that package pins optuna<3), so
+that moving to it is one line: `sampler` (`hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|grid`, each a
+`_target_` with its options), `direction`, `storage`, `study_name`, `n_trials`, `n_jobs`,
+`max_failure_rate`, `params` and `custom_search_space`.
 
 The search space comes from `hydra.sweeper.params` ({key: sweep}) and the sweep overrides of the command
 line (which win): `interval(a,b)` (a float; `tag(log,interval(a,b))` on a log scale), `int(interval(a,b))`
 (an integer, both ends included), `choice(...)`, `range(start,stop[,step])` (stop excluded, as Hydra's
-basic sweeper has it). Every other override reaches every job unchanged.
+basic sweeper has it). Every other override reaches every job unchanged. `custom_search_space` names a
+function `(config, trial)` that suggests more parameters with Optuna's define-by-run API.
 
 Trials run in batches of `n_jobs` through the configured `hydra/launcher`. A job returns its objective:
-a number, or one per direction when `direction` is a list (Optuna's multi-objective TPE). A job that
-raises or returns anything else, NaN included, fails its trial: logged, recorded with the reason, and
-told to Optuna as pruned, which TPE ranks below every finished trial (a trial told as failed it ignores,
-and would propose again and again); the sweep goes on. At the end the sweep folder holds
-optimization_results.yaml: every trial (its values, or why it failed), and the best one (or the Pareto
-front).
+a number, or one per direction when `direction` is a list (multi-objective). A job that raises or
+returns anything else, NaN included, is a FAIL trial (logged, its reason kept as the trial's user
+attribute "failed"); once the failed share of a batch passes `max_failure_rate` (0: any failure) the
+sweep stops with one line. Optuna's samplers leave FAIL trials out of their model, so a sweep that
+allows failures may be offered the same failing settings again and again: `failed_trial_state=PRUNED`
+(an option of this sweeper only) tells them as pruned, which TPE ranks below every finished trial. With `storage` and `study_name`, rerunning the same command
+continues the study: trials left RUNNING by a killed sweep are closed as FAIL, and trial numbers and job
+folders go on from where they stopped. At the end the sweep folder holds optimization_results.yaml:
+every trial (its values, or why it failed), and the best one (or the Pareto front).
 
-The hydra-optuna-sweeper package does the same for optuna<3; this one uses optuna's current interface
-(`Study.ask`/`Study.tell`, `FloatDistribution`, `IntDistribution`). Optuna is imported only when a sweep
-starts: Hydra imports this module on every start to find its plugins (and before it is in sys.modules,
-so the dataclass below cannot take `from __future__ import annotations`).
+Optuna is imported only when a sweep starts: Hydra imports this module on every start to find its
+plugins (and before it is in sys.modules, so the dataclasses below cannot take `from __future__ import
+annotations`).
 """
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +42,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")
@@ -42,19 +51,87 @@ NOT_TUNED = ("domain", "experiment")
 
 
 @dataclass
+class SamplerConfig:
+    _target_: str = MISSING
+    seed: Any = None
+
+
+@dataclass
+class TPESamplerConfig(SamplerConfig):
+    """optuna.samplers.TPESampler (https://optuna.readthedocs.io/en/stable/reference/samplers/index.html)."""
+    _target_: str = "optuna.samplers.TPESampler"
+    consider_prior: Any = None
+    prior_weight: Any = None
+    consider_magic_clip: Any = None
+    consider_endpoints: Any = None
+    n_startup_trials: int = 10
+    n_ei_candidates: int = 24
+    multivariate: Any = None
+    warn_independent_sampling: Any = None
+    constant_liar: bool = False  # with n_jobs > 1: running trials count as their worst value
+
+
+@dataclass
+class RandomSamplerConfig(SamplerConfig):
+    _target_: str = "optuna.samplers.RandomSampler"
+
+
+@dataclass
+class CmaEsSamplerConfig(SamplerConfig):
+    """optuna.samplers.CmaEsSampler (needs the cmaes package)."""
+    _target_: str = "optuna.samplers.CmaEsSampler"
+    x0: Any = None
+    sigma0: Any = None
+    n_startup_trials: int = 1
+    warn_independent_sampling: bool = True
+    consider_pruned_trials: bool = False
+    restart_strategy: Any = None
+    inc_popsize: int = -1
+    use_separable_cma: bool = False
+
+
+@dataclass
+class NSGAIISamplerConfig(SamplerConfig):
+    _target_: str = "optuna.samplers.NSGAIISampler"
+    population_size: int = 50
+    mutation_prob: Any = None
+    crossover_prob: float = 0.9
+    swapping_prob: float = 0.5
+
+
+@dataclass
+class GridSamplerConfig(SamplerConfig):
+    """optuna.samplers.GridSampler; search_space null: the sweep's choice(...) and range(...) values."""
+    _target_: str = "optuna.samplers.GridSampler"
+    search_space: Any = None
+
+
+@dataclass
 class OptunaSweeperConf:
     _target_: str = "hydra_plugins.specsparse_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    _recursive_: bool = False  # the sampler is made when the sweep starts, where a bad option is one line
+    defaults: list = field(default_factory=lambda: [{"sampler": "tpe"}])
+    sampler: SamplerConfig = MISSING
     direction: Any = "maximize"  # or a list, one per objective the job returns
-    n_trials: int = 20
-    n_jobs: int = 1  # trials per batch handed to the launcher (TPE learns between batches)
-    seed: Any = None  # the TPE sampler's seed (null: random)
     storage: Any = None  # an Optuna storage URL (sqlite:///study.db) to keep the study; null: in memory
     study_name: Any = None  # with storage: a study of this name continues where it stopped
+    n_trials: int = 20
+    n_jobs: int = 1  # trials per batch handed to the launcher (the sampler learns between batches)
+    max_failure_rate: float = 0.0  # the failed share of a batch above which the sweep stops
+    # How a failed job is told to Optuna: FAIL (as hydra-optuna-sweeper does; TPE leaves such trials out of
+    # its model and may propose the same failing settings again and again) or PRUNED (specsparse's own
+    # option: TPE ranks them below every finished trial and moves away; the dashboard shows them pruned).
+    failed_trial_state: str = "FAIL"
     params: Any = None  # {key: sweep}, e.g. {tss.tau: "interval(0.01,0.2)"}
+    custom_search_space: Any = None  # a dotpath to a function (config, trial) suggesting more parameters
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="specsparse_optuna", node=OptunaSweeperConf,
-                             provider="specsparse")
+SAMPLERS = {"tpe": TPESamplerConfig, "random": RandomSamplerConfig, "cmaes": CmaEsSamplerConfig,
+            "nsgaii": NSGAIISamplerConfig, "grid": GridSamplerConfig}
+store = ConfigStore.instance()
+store.store(group="hydra/sweeper", name="specsparse_optuna", node=OptunaSweeperConf, provider="specsparse")
+for _name, _config in SAMPLERS.items():
+    store.store(group="hydra/sweeper/sampler", name=_name, node=_config, provider="specsparse")
 
 
 def search_space(overrides: list[str]) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -77,6 +154,8 @@ def distribution(override: Override) -> Any:
 
     value = override.value()
     if isinstance(value, IntervalSweep):
+        if value.start > value.end:
+            raise ValueError(f"{override.input_line}: interval(a,b) needs a <= b")
         log_scale = "log" in value.tags
         if isinstance(value.start, int) and isinstance(value.end, int):
             return IntDistribution(value.start, value.end, log=log_scale)
@@ -90,18 +169,58 @@ def distribution(override: Override) -> Any:
                      "choice(...) or range(...)")
 
 
+def close_running_trials(study: Any) -> None:
+    """Close the trials a killed sweep left RUNNING (a continued study) as FAIL, saying so."""
+    from optuna.trial import TrialState  # noqa: PLC0415
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(trial.number, state=TrialState.FAIL)
+        log.warning("trial %d was left running by an interrupted sweep: closed as failed", trial.number)
+
+
 class OptunaSweeper(Sweeper):
-    def __init__(self, direction: Any = "maximize", n_trials: int = 20, n_jobs: int = 1, seed: Any = None,
-                 storage: Any = None, study_name: Any = None, params: Any = None) -> None:
-        self.directions = [direction] if isinstance(direction, str) else list(direction)
-        if not self.directions or any(d not in DIRECTIONS for d in self.directions):
-            raise ValueError(f"hydra.sweeper.direction={direction}: use maximize or minimize, or a list of "
-                             "them (one per objective the job returns)")
-        if n_trials < 1 or n_jobs < 1:
-            raise ValueError(f"hydra.sweeper: n_trials={n_trials} and n_jobs={n_jobs} must be positive")
-        self.n_trials, self.n_jobs, self.seed = n_trials, n_jobs, seed
+    def __init__(self, sampler: Any = None, direction: Any = "maximize", storage: Any = None, study_name: Any = None,
+                 n_trials: int = 20, n_jobs: int = 1, max_failure_rate: float = 0.0, params: Any = None,
+                 custom_search_space: Any = None, failed_trial_state: str = "FAIL") -> None:
+        self.sampler = sampler if sampler is not None else OmegaConf.structured(TPESamplerConfig)
+        self.direction = direction
+        self.directions = [direction] if isinstance(direction, str) else list(direction or [])
+        self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
         self.storage, self.study_name = storage, study_name
         self.params = dict(params or {})
+        self.custom_search_space = custom_search_space
+        self.failed_trial_state = failed_trial_state
+
+    def check(self) -> None:
+        """ValueError (one line) for an option of the wrong kind or range."""
+        if not self.directions or any(d not in DIRECTIONS for d in self.directions):
+            raise ValueError(f"direction={self.direction}: use maximize or minimize, or a list of them (one per "
+                             "objective the job returns)")
+        for name in ("n_trials", "n_jobs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r}: give a positive integer")
+        if self.failed_trial_state not in ("FAIL", "PRUNED"):
+            raise ValueError(f"failed_trial_state={self.failed_trial_state!r}: use FAIL or PRUNED")
+        if not isinstance(self.max_failure_rate, (int, float)) or not 0 <= self.max_failure_rate <= 1:
+            raise ValueError(f"max_failure_rate={self.max_failure_rate!r}: give a number in [0, 1]")
+
+    def make_sampler(self, space: dict[str, Any]) -> Any:
+        """The configured sampler; a grid sampler without a search_space takes the sweep's own values."""
+        from hydra.utils import instantiate  # noqa: PLC0415
+
+        options = OmegaConf.to_container(self.sampler, resolve=True) if OmegaConf.is_config(self.sampler) else dict(self.sampler)
+        if options.get("_target_") == GridSamplerConfig._target_ and options.get("search_space") is None:
+            grid = {key: list(getattr(d, "choices", None) or range(d.low, d.high + 1, d.step)) for key, d in space.items()
+                    if hasattr(d, "choices") or getattr(d, "step", None)}
+            if len(grid) < len(space):
+                raise ValueError("the grid sampler takes choice(...) and range(...) sweeps only (or give "
+                                 "hydra.sweeper.sampler.search_space)")
+            options["search_space"] = grid
+        try:
+            return instantiate(options)
+        except Exception as err:  # noqa: BLE001 - an option the sampler does not take, a missing package
+            raise ValueError(f"sampler {options.get('_target_')}: {str(err).splitlines()[0]}") from None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.config = config
@@ -129,31 +248,54 @@ class OptunaSweeper(Sweeper):
         import sys  # noqa: PLC0415
 
         import optuna  # noqa: PLC0415
+        from hydra.utils import get_method  # noqa: PLC0415
 
         try:
+            self.check()
             space, fixed = self.tuned_space(arguments)
-        except ValueError as err:
-            print(f"error: hydra.sweeper: {err}", file=sys.stderr)
+            sampler = self.make_sampler(space)
+            extend = get_method(self.custom_search_space) if self.custom_search_space else None
+        except Exception as err:  # noqa: BLE001 - a bad sweeper option: one line, exit 2, nothing launched
+            print(f"error: hydra.sweeper: {str(err).splitlines()[0]}", file=sys.stderr)
             sys.exit(2)
-        sampler = optuna.samplers.TPESampler(seed=self.seed)
         study = optuna.create_study(directions=self.directions, sampler=sampler, storage=self.storage,
                                     study_name=self.study_name, load_if_exists=True)
-        log.info("Optuna TPE: %d trial(s), %s, over %s", self.n_trials, "/".join(self.directions), ", ".join(space))
-        job_num = 0
-        while job_num < self.n_trials:
-            trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - job_num))]
+        close_running_trials(study)
+        if self.n_jobs > 1 and "BasicLauncher" not in type(self.launcher).__name__:
+            log.warning("n_jobs=%d: jobs that run at once on one host time each other, so their measured speedups "
+                        "share its cores; compare such trials with care (or run them on separate nodes)", self.n_jobs)
+        log.info("Optuna %s: %d trial(s), %s, over %s", type(sampler).__name__, self.n_trials, "/".join(self.directions),
+                 ", ".join(space))
+        launched, exhausted = 0, False
+        while launched < self.n_trials and not exhausted:
+            trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - launched))]
+            for trial in trials if extend is not None else ():
+                extend(self.config, trial)
             batch = [tuple(f"{k}={v}" for k, v in t.params.items()) + fixed for t in trials]
             self.validate_batch_is_legal(batch)
-            returns = self.launcher.launch(batch, initial_job_idx=job_num)
-            job_num += len(batch)
+            returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)  # folders follow trial numbers
+            launched += len(batch)
+            failed = 0
             for trial, job in zip(trials, returns):
                 values = self._values(job)
                 if isinstance(values, str):
                     trial.set_user_attr("failed", values)
-                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                else:
-                    study.tell(trial, values)
+                    failed += 1
+                try:  # the trial is stored either way
+                    if isinstance(values, str):
+                        study.tell(trial, state=optuna.trial.TrialState[self.failed_trial_state])
+                    else:
+                        study.tell(trial, values)
+                except RuntimeError as err:  # a sampler with nothing left to propose (a walked grid) stops the study
+                    if "stop" not in str(err):
+                        raise
+                    exhausted = True
                 log.info("trial %d: %s -> %s", trial.number, trial.params, values)
+            if failed / len(batch) > self.max_failure_rate:
+                print(f"error: hydra.sweeper: {failed} of {len(batch)} trial(s) of a batch failed, more than "
+                      f"max_failure_rate={self.max_failure_rate}: the sweep stops (each failed job's folder says why)",
+                      file=sys.stderr)
+                break
         self._write_results(study, Path(self.config.hydra.sweep.dir) / "optimization_results.yaml")
 
     def _values(self, job: Any) -> list[float] | str:
@@ -173,8 +315,8 @@ class OptunaSweeper(Sweeper):
         done = [t for t in study.trials if t.state == TrialState.COMPLETE]
         results: dict[str, Any] = {
             "name": "specsparse_optuna", "directions": self.directions,
-            "trials": [{"number": t.number, "params": t.params, "values": t.values, "failed": t.user_attrs.get("failed")}
-                       for t in study.trials]}
+            "trials": [{"number": t.number, "state": t.state.name, "params": t.params, "values": t.values,
+                        "failed": t.user_attrs.get("failed")} for t in study.trials]}
         if not done:
             log.error("Optuna: no trial finished")
         elif len(self.directions) == 1:

@@ -227,6 +227,9 @@ def _generation(cfg: Mapping[str, Any]) -> GenerationConfig:
     if unknown:
         raise ConfigError(f"generation: unknown option(s) {unknown}: use {accepted_options(GenerationConfig, ())}")
     check_option_types(GenerationConfig, cfg, "generation")
+    if cfg.get("num_draft_tokens") == 0:  # what plain decoding inside the library uses; a job speculates
+        raise ConfigError("generation.num_draft_tokens=0 drafts nothing, so there is no speculation to search: "
+                          "give 1 or more (the papers draft 5-8); plain decoding is timed beside every job anyway")
     try:
         return GenerationConfig(**cfg)
     except ValueError as err:

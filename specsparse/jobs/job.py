@@ -127,13 +127,14 @@ def time_front(calibration: Evaluator, result: SearchResult, candidates: int = 4
 
 def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:
     """`result` with the timed configuration of the highest measured tokens/s selected (dense among them:
-    the empty skip set is feasible too), the other timed front members as its alternatives, and the
-    timing in `info["measured_selection"]` beside each candidate's modeled speedup over dense."""
+    the empty skip set is feasible too), the rest of the front as its alternatives (the timed ones
+    first), and the timing in `info["measured_selection"]` beside each candidate's modeled speedup over
+    dense."""
     measured = dict(result.history)
-    timed = [next(c for c in (result.baseline, result.selected, *(c for c, _ in result.alternatives)) if c.label == label)
-             for label in timing.labels]
-    best = max(range(len(timed)), key=lambda i: timing.tokens_per_s[i])
-    chosen = timed[best]
+    front = [result.selected, *(c for c, _ in result.alternatives)]
+    by_label = {c.label: c for c in (result.baseline, *front)}
+    timed = [by_label[label] for label in timing.labels]
+    chosen = timed[max(range(len(timed)), key=lambda i: timing.tokens_per_s[i])]
     dense_rate = measured[result.baseline].modeled_tokens_per_s
     rows = [{"configuration": c.label, "modeled_speedup_vs_dense": measured[c].modeled_tokens_per_s / dense_rate if dense_rate else None,
              "measured_speedup_vs_dense": [1.0, 1.0, 1.0] if i == 0 else timing.speedup(c.label, timing.labels[0]),
@@ -141,7 +142,8 @@ def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:
     modeled_pick = result.selected.label
     note = (f"select=measured: {chosen.label} had the lowest measured time per token of {len(timed)} configurations timed "
             f"side by side on {timing.prompts} calibration prompts (the modeled pick was {modeled_pick})")
-    alternatives = tuple((c, measured[c]) for c in timed[1:] if c != chosen)
+    untimed = [c for c in front if c not in timed]
+    alternatives = tuple((c, measured[c]) for c in (*timed[1:], *untimed) if c != chosen)  # the timed ones first
     notes = (*result.notes, note, *(("dense measured fastest: the dense target is kept",) if chosen == result.baseline else ()))
     return replace(result, selected=chosen, selected_measurement=measured[chosen], alternatives=alternatives, notes=notes,
                    info={**result.info, "measured_selection": rows, "modeled_pick": modeled_pick})

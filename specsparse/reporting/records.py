@@ -1,9 +1,13 @@
 """The finished jobs a report is built from: one `JobRecord` per job (its summary.json, reproduce.json and
-folder), the latest job per key, and a job's measurements.csv. Finding the jobs (in folders or W&B runs)
-is `specsparse.reporting.report`'s; the W&B logger reads measurements.csv here too."""
+folder), the latest job per key (the best trial where an Optuna sweep ran several), and a job's
+measurements.csv. Finding the jobs (in folders or W&B runs) is `specsparse.reporting.report`'s; the W&B
+logger reads measurements.csv here too."""
 
 from __future__ import annotations
 
+import functools
+import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -11,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from specsparse.config_map import load_config_map
+
+log = logging.getLogger(__name__)
 
 
 class ReportError(ValueError):
@@ -56,6 +63,25 @@ class JobRecord:
             n = load_config_map(self.directory / "config_map.yaml").num_layers
         return n
 
+    @functools.cached_property
+    def trial_direction(self) -> str | None:
+        """"maximize" or "minimize" when the job was a trial of a single-objective Optuna sweep (its
+        folder's .hydra/hydra.yaml), else None."""
+        file = None if self.directory is None else self.directory / ".hydra" / "hydra.yaml"
+        if file is None or not file.is_file():
+            return None
+        sweeper = (yaml.safe_load(file.read_text()) or {}).get("hydra", {}).get("sweeper") or {}
+        direction = sweeper.get("direction")
+        return direction if "optuna" in str(sweeper.get("_target_", "")).lower() and isinstance(direction, str) else None
+
+    @property
+    def objective(self) -> tuple[str, float] | None:
+        """(objective key, the value the job returned to its sweeper), or None without one."""
+        from specsparse.jobs.config import objective_value  # noqa: PLC0415
+
+        key = (self.reproduce.get("config") or {}).get("objective")
+        return (key, objective_value(key, self.summary)) if isinstance(key, str) else None
+
     @property
     def order(self) -> str:
         """Sorts jobs by time (latest last)."""
@@ -78,11 +104,31 @@ def read_measurements(path: str | os.PathLike) -> pd.DataFrame | None:
 
 
 def latest(records: Iterable[JobRecord], *keys: str) -> dict[tuple, JobRecord]:
-    """The latest record per key tuple (attribute names of JobRecord)."""
+    """The latest record per key tuple (attribute names of JobRecord); where the latest is a trial of an
+    Optuna sweep, that sweep's best trial of the key by its objective (logged, naming the folder)."""
+    records = list(records)
     chosen: dict[tuple, JobRecord] = {}
     for record in sorted(records, key=lambda r: r.order):
         chosen[tuple(getattr(record, k) for k in keys)] = record
+    for key, record in chosen.items():
+        if record.trial_direction is not None:
+            chosen[key] = best_trial(record, [r for r in records if tuple(getattr(r, k) for k in keys) == key])
     return chosen
+
+
+def best_trial(last: JobRecord, records: Sequence[JobRecord]) -> JobRecord:
+    """The best of the trials of `last`'s sweep among `records` by their objective (failed trials, NaN,
+    never win; ties go to the earlier trial)."""
+    trials = [r for r in records if r.directory is not None and r.directory.parent == last.directory.parent
+              and r.objective is not None and not math.isnan(r.objective[1])]
+    if len(trials) < 2:
+        return last
+    sign = 1 if last.trial_direction == "maximize" else -1
+    best = max(sorted(trials, key=lambda r: r.order), key=lambda r: sign * r.objective[1])
+    key, value = best.objective
+    log.info("%s: the best of %d Optuna trials by %s (%s): %s = %.4g", best.directory.parent.name, len(trials),
+             key, last.trial_direction, best.directory.name, value)
+    return best
 
 
 def tss_jobs(

@@ -69,3 +69,8 @@ def test_a_job_with_select_measured_times_its_front_on_calibration_prompts(tmp_p
     assert result.selected.label == fastest
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     assert summary["info"]["measured_selection"] == rows
+
+
+def test_untimed_front_members_stay_alternatives_after_the_timed_ones():
+    result = pick_by_timing(front_result(), timed({DENSE: 10.0, A: 11.0, B: 12.0}))  # C was beyond the candidates
+    assert result.selected == B and [c for c, _ in result.alternatives] == [A, C]

@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,17 +68,22 @@ def test_the_search_space_follows_hydras_sweep_syntax():
     with pytest.raises(ValueError, match="interval"):
         search_space(["a=glob(*)"])
     with pytest.raises(ValueError, match="direction"):
-        OptunaSweeper(direction="up")
+        OptunaSweeper(direction="up").check()
 
 
 APP = '''
 import math
+import pathlib
+import time
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 
 
 @hydra.main(version_base="1.3", config_path=".", config_name="config")
 def main(cfg):
+    if HydraConfig.get().job.num == 1 and pathlib.Path(cfg.block).exists():
+        time.sleep(600)  # killed here (the resume test)
     if cfg.y == "c":
         raise RuntimeError("this job fails")
     if cfg.x == 0:
@@ -90,25 +96,41 @@ main()
 '''
 
 
-def sweep_app(tmp_path: Path, *overrides: str) -> dict:
+def write_app(tmp_path: Path) -> None:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "app.py").write_text(APP)
-    (tmp_path / "config.yaml").write_text("x: 1\ny: a\ntwo: false\n")
-    done = subprocess.run([sys.executable, "app.py", "-m", "hydra/sweeper=specsparse_optuna", "hydra.sweeper.seed=0",
-                           f"hydra.sweep.dir={tmp_path / 'sweep'}", "x=int(interval(0,6))", *overrides],
-                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    (tmp_path / "config.yaml").write_text(f"x: 1\ny: a\ntwo: false\nz: 0\nblock: {tmp_path / 'block'}\n")
+    (tmp_path / "space.py").write_text("def extend(config, trial):\n    trial.suggest_int('z', 1, 2)\n")
+
+
+def sweep_app(tmp_path: Path, *overrides: str) -> dict:
+    write_app(tmp_path)
+    done = run_app(tmp_path, *overrides)
     assert done.returncode == 0, done.stderr[-3000:]
     return yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
 
 
+def run_app(tmp_path: Path, *overrides: str, sweep: str = "sweep") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "app.py", "-m", "hydra/sweeper=specsparse_optuna", "hydra.sweeper.sampler.seed=0",
+                           f"hydra.sweep.dir={tmp_path / sweep}", "x=int(interval(0,6))", *overrides],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+
+
 def test_a_seeded_sweep_finds_the_known_optimum_past_failed_jobs(tmp_path):
-    results = sweep_app(tmp_path, "y=choice(a,b,c)", "hydra.sweeper.n_trials=30", "hydra.sweeper.n_jobs=2")
+    """Jobs at x=0 return NaN. Told as FAIL (Optuna's samplers leave those out), TPE keeps offering x=0;
+    told as PRUNED, it ranks them last and finds the optimum and stays near it."""
+    stuck = sweep_app(tmp_path / "fail", "y=choice(a,b)", "hydra.sweeper.n_trials=20",
+                      "hydra.sweeper.max_failure_rate=1", "hydra.sweeper.sampler.n_startup_trials=6")
+    assert sum(t["state"] == "FAIL" for t in stuck["trials"][-10:]) >= 8
+    results = sweep_app(tmp_path, "y=choice(a,b)", "hydra.sweeper.n_trials=30", "hydra.sweeper.n_jobs=2",
+                        "hydra.sweeper.max_failure_rate=1", "hydra.sweeper.sampler.n_startup_trials=6",
+                        "hydra.sweeper.failed_trial_state=PRUNED")
     assert results["best_params"] == {"x": 3, "y": "b"} and results["best_value"] == 0
     trials = results["trials"]
     assert len(trials) == 30 and all(0 <= t["params"]["x"] <= 6 for t in trials)
-    failed = [t for t in trials if t["params"]["y"] == "c" or t["params"]["x"] == 0]  # raised, or returned NaN
-    assert failed and all(t["failed"] and t["values"] is None for t in failed)
-    assert any("RuntimeError: this job fails" in t["failed"] for t in failed)
-    assert all(t["failed"] is None and len(t["values"]) == 1 for t in trials if t not in failed)
+    failed = [t for t in trials if t["params"]["x"] == 0]
+    assert all(t["state"] == "PRUNED" and "not 1 finite number" in t["failed"] and t["values"] is None for t in failed)
+    assert all(t["state"] == "COMPLETE" and len(t["values"]) == 1 for t in trials if t not in failed)
     assert sum(t["params"] == {"x": 3, "y": "b"} for t in trials[-10:]) >= 3  # TPE stays near the optimum
 
 
@@ -117,6 +139,75 @@ def test_a_multi_objective_sweep_keeps_the_pareto_front(tmp_path):
                         "hydra.sweeper.n_trials=6")
     front = results["pareto_front"]
     assert front and all(len(t["values"]) == 2 for t in front)
+
+
+def test_the_sampler_is_chosen_and_seeded_as_hydra_optuna_sweeper_spells_it(tmp_path):
+    """hydra/sweeper/sampler=random|grid|tpe with hydra.sweeper.sampler.seed: the same seed gives the same
+    trials; the grid sampler walks the sweep's own choices."""
+    write_app(tmp_path)
+
+    def params(*overrides, sweep):
+        done = run_app(tmp_path, "hydra.sweeper.n_trials=4", *overrides, sweep=sweep)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [t["params"] for t in yaml.safe_load((tmp_path / sweep / "optimization_results.yaml").read_text())["trials"]]
+
+    first = params("hydra/sweeper/sampler=random", sweep="a")
+    assert params("hydra/sweeper/sampler=random", sweep="b") == first
+    assert params("hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=7", sweep="c") != first
+    grid = params("hydra/sweeper/sampler=grid", "x=choice(1,2,4,5)", sweep="d")
+    assert sorted(p["x"] for p in grid) == [1, 2, 4, 5]
+    tpe = params("hydra.sweeper.sampler.n_startup_trials=2", "hydra.sweeper.sampler.constant_liar=true",
+                 "hydra.sweeper.custom_search_space=space.extend", sweep="e")
+    assert len(tpe) == 4 and all(p["z"] in (1, 2) for p in tpe)  # define-by-run parameters reach the jobs
+
+
+def test_a_failed_job_is_a_fail_trial_and_the_sweep_stops_past_max_failure_rate(tmp_path):
+    write_app(tmp_path)
+    done = run_app(tmp_path, "y=c", "hydra.sweeper.n_trials=4")  # every job raises
+    assert "1 of 1 trial(s) of a batch failed, more than max_failure_rate=0.0: the sweep stops" in done.stderr
+    [trial] = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())["trials"]
+    assert trial["state"] == "FAIL" and "this job fails" in trial["failed"]
+    done = run_app(tmp_path, "y=c", "hydra.sweeper.n_trials=4", "hydra.sweeper.max_failure_rate=1", sweep="all")
+    trials = yaml.safe_load((tmp_path / "all" / "optimization_results.yaml").read_text())["trials"]
+    assert done.returncode == 0 and [t["state"] for t in trials] == ["FAIL"] * 4
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    (["hydra.sweeper.n_trials=0"], "n_trials=0"), (["hydra.sweeper.direction=up"], "direction=up"),
+    (["hydra.sweeper.max_failure_rate=2"], "max_failure_rate=2"), (["x=interval(5,1)"], "interval"),
+    (["hydra/sweeper/sampler=grid", "x=interval(0.5,2.5)"], "grid sampler"),
+    (["hydra.sweeper.failed_trial_state=LOST"], "failed_trial_state"),
+])
+def test_a_bad_sweeper_option_is_one_line_and_exit_2(tmp_path, options, needle):
+    write_app(tmp_path)
+    done = run_app(tmp_path, *options)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: hydra.sweeper: "), done.stderr
+    assert needle in lines[0] and not (tmp_path / "sweep").exists()
+
+
+def test_a_killed_sweep_continues_where_it_stopped(tmp_path):
+    """Kill a sweep with a storage during its second trial; the same command again closes that trial as
+    failed, and its trial numbers and job folders go on from there."""
+    write_app(tmp_path)
+    (tmp_path / "block").touch()
+    command = [sys.executable, "app.py", "-m", "hydra/sweeper=specsparse_optuna", "hydra.sweeper.sampler.seed=0",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", "x=int(interval(1,6))", "hydra.sweeper.n_trials=3",
+               f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}", "hydra.sweeper.study_name=resumed"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (tmp_path / "sweep" / "1").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    process.kill()
+    process.wait()
+    (tmp_path / "block").unlink()
+    done = subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trial 1 was left running by an interrupted sweep: closed as failed" in done.stdout + done.stderr
+    trials = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())["trials"]
+    assert [t["number"] for t in trials] == [0, 1, 2, 3, 4] and trials[1]["state"] == "FAIL"
+    assert all((tmp_path / "sweep" / str(n)).is_dir() for n in range(5))
 
 
 def test_run_py_sweeps_with_optuna(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -344,3 +345,23 @@ def test_the_mixed_stream_takes_at_most_n_prompts_per_domain_and_all_of_a_shorte
     stream = round_robin(domains, per_domain)
     assert len(stream) == sum(min(n, per_domain) for n in lengths)
     assert [ex.id for ex in stream if ex.domain == "d0"] == [ex.id for ex in domains.get("d0", [])][:per_domain]
+
+
+@pytest.mark.parametrize("direction, best", [("maximize", 1), ("minimize", 2), (None, 3)])
+def test_an_optuna_sweep_reports_its_best_trial_not_its_last(tmp_path, direction, best):
+    """Trials 0-3 of one sweep (trial 3 failed: NaN); an Optuna sweep's report takes the best by the
+    objective in the sweep's direction, any other sweep its latest job."""
+    from specsparse.reporting.records import JobRecord, tss_jobs
+
+    sweeper = {"_target_": "hydra_plugins.specsparse_optuna_sweeper.optuna_sweeper.OptunaSweeper", "direction": direction}
+    if direction is None:
+        sweeper = {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
+    records = []
+    for trial, value in enumerate([1.2, 1.5, 1.1, None]):
+        folder = tmp_path / "sweep" / f"{trial}_qa_bfs"
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": sweeper}}))
+        summary = {"domain": "qa", "strategy": "bfs", "speedup": value, "finished": f"2026-01-01T00:00:0{trial}"}
+        records.append(JobRecord(summary, folder, {"config": {"objective": "speedup"}, "model": "m"}))
+    [chosen] = tss_jobs(records).values()
+    assert chosen.directory.name == f"{best}_qa_bfs"

@@ -41,4 +41,4 @@ def test_a_benchmark_domain_runs_end_to_end(tmp_path, name):
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 8 and all(s["references"] for s in samples)
     # every held-out reply was scored by the domain's metric (a number, not n/a)
-    assert all(isinstance(s["dense"]["metric"], float) for s in samples), samples[0]
+    assert all(isinstance(s["metric_dense"], float) for s in samples), samples[0]

@@ -214,8 +214,8 @@ class OptunaSweeper(Sweeper):
             grid = {key: list(getattr(d, "choices", None) or range(d.low, d.high + 1, d.step)) for key, d in space.items()
                     if hasattr(d, "choices") or getattr(d, "step", None)}
             if len(grid) < len(space):
-                raise ValueError("the grid sampler takes choice(...) and range(...) sweeps only (or give "
-                                 "hydra.sweeper.sampler.search_space)")
+                raise ValueError("the grid sampler takes choice(...), range(...) and int(interval(...)) sweeps only "
+                                 "(or give hydra.sweeper.sampler.search_space)")
             options["search_space"] = grid
         try:
             return instantiate(options)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,9 @@ class VocabComparisonSpec:
     train_at_k: bool = True  # train a head at TPE's vocabulary (drafter=eagle with drafter.train)
     subsamples: int = 10  # TPE rerun on this many random subsets of the corpus (0: no stability study)
     subsample_fraction: float = 0.5  # share of the corpus texts in each subset
+    # The paper's ablation, TPE's k against the corpus's size: the same study at each of these shares of the
+    # texts (1.0: the whole corpus, TPE's own spread over seeds); () leaves it out.
+    corpus_fractions: tuple[float, ...] = ()
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
@@ -65,6 +68,11 @@ class VocabComparisonSpec:
                 isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1 for f in fractions):
             raise ValueError(f"fixed_fractions={fractions!r}: give shares of the vocabulary in (0, 1), e.g. [0.0625, 0.125]")
         values["fixed_fractions"] = tuple(float(f) for f in fractions)
+        sizes = values.get("corpus_fractions", ())
+        if not isinstance(sizes, Sequence) or not all(
+                isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1 for f in sizes):
+            raise ValueError(f"corpus_fractions={sizes!r}: give shares of the corpus in (0, 1], e.g. [0.25, 0.5, 1.0]")
+        values["corpus_fractions"] = tuple(float(f) for f in sizes)
         spec = cls(**values)
         if not isinstance(spec.train_at_k, bool):
             raise ValueError(f"train_at_k={spec.train_at_k!r}: give true or false")
@@ -127,7 +135,9 @@ def compare_vocabularies(
         })
     comparison = {"rows": table, "prompts": timing.prompts, "chosen_k": chosen, "heads": heads,
                   "speedups": timing.speedups,  # every pair: "later row/earlier row" -> [point, low, high]
-                  "stability": k_stability(calibration, strategy, options)}
+                  "stability": k_stability(calibration, strategy, options),
+                  "k_by_corpus_size": [k_stability(calibration, strategy, replace(options, subsample_fraction=f))
+                                       for f in options.corpus_fractions] if options.subsamples else []}
     selected = strategy.select().selected
     job_timing = timing.subset({"plain": "plain", "dense": "full",
                                 **({"selected": pruned} if selected != strategy.baseline else {})})
@@ -178,7 +188,7 @@ def k_stability(calibration: Evaluator, strategy: TPEVocabSearch, options: Vocab
     size = max(1, round(options.subsample_fraction * len(texts)))
     ks, overlaps = [], []
     for draw in range(options.subsamples):
-        counts = token_frequencies(texts[i] for i in rng.choice(len(texts), size=size, replace=False))
+        counts = token_frequencies(texts[i] for i in rng.choice(len(texts), size=size, replace=False))  # all at 1.0
         search = TPEVocabSearch(vocab_size, coverage_curve(counts), strategy.latency_reduction, strategy.alpha,
                                 strategy.min_coverage, strategy.n_trials, strategy.k_min, strategy.k_max,
                                 strategy.seed + 1 + draw)
@@ -218,4 +228,10 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
                       f"mean {stability['k_mean']:.0f} [{stability['k_min']}-{stability['k_max']}], kept ids' "
                       f"Jaccard overlap with the full corpus's {stability['jaccard_mean']:.3f} "
                       f"(min {stability['jaccard_min']:.3f})."]
+    if comparison.get("k_by_corpus_size"):
+        lines += ["", "TPE's k against the corpus's size (the paper's ablation; each over "
+                      f"{comparison['k_by_corpus_size'][0]['subsamples']} random subsets):", "",
+                  "| share of the corpus | texts | k mean [min-max] | Jaccard with the full corpus's ids |", "|---|---|---|---|"]
+        lines += [f"| {size['fraction']:.0%} | {size['texts']} | {size['k_mean']:.0f} [{size['k_min']}-{size['k_max']}] | "
+                  f"{size['jaccard_mean']:.3f} (min {size['jaccard_min']:.3f}) |" for size in comparison["k_by_corpus_size"]]
     return "\n".join(lines) + "\n"

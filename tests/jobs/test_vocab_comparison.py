@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -74,13 +75,29 @@ def test_a_corpus_of_different_halves_moves_k():
     assert stability["k_max"] > stability["k_min"] and stability["jaccard_min"] < 1
 
 
+def test_k_grows_with_the_corpus_where_rare_tokens_decide_coverage():
+    """Every text holds the same 3 common tokens and 3 of its own: a larger share of the corpus has more
+    distinct tokens, so the k that reaches the same coverage grows with it (the paper's ablation)."""
+    texts = [[0, 1, 2] * 2 + [3 + 3 * i, 4 + 3 * i, 5 + 3 * i] for i in range(40)]
+    counts = dict(token_frequencies(texts))
+    latency = lambda k: 1 - k / 123  # noqa: E731
+    strategy = TPEVocabSearch(123, coverage_curve(counts), latency, alpha=0.3, min_coverage=0.95, n_trials=150)
+    calibration = SimpleNamespace(corpus_token_ids=texts, token_counts=counts)
+    options = VocabComparisonSpec(subsamples=3)
+    by_size = [k_stability(calibration, strategy, replace(options, subsample_fraction=f)) for f in (0.25, 0.5, 1.0)]
+    means = [size["k_mean"] for size in by_size]
+    assert means[0] < means[1] < means[2] and [size["texts"] for size in by_size] == [10, 20, 40]
+    with pytest.raises(ValueError, match="corpus_fractions"):
+        VocabComparisonSpec.from_options({"corpus_fractions": [0, 0.5]})
+
+
 def run_job(tmp_path: Path, domain: str, heads: Path) -> dict:
     job = tmp_path / f"job_{domain}"
     subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "model=tiny", "logger=none", f"domain={domain}", "search=tpe_vocab",
          "drafter=eagle", f"drafter.path={heads}",
          "drafter.train={prompts: builtin, domains: [qa], prompts_per_set: 10, max_new_tokens: 8, epochs: 1}",
-         "vocab_corpus=[drafter_responses]", "vocab_comparison={subsamples: 3}", "domain.limit=8",
+         "vocab_corpus=[drafter_responses]", "vocab_comparison={subsamples: 3, corpus_fractions: [0.5, 1.0]}", "domain.limit=8",
          "generation.max_new_tokens=8", "search.n_trials=8", "timing_prompts=3", "progress=false",
          f"paths.outputs={tmp_path}", f"hydra.run.dir={job}"],
         cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "SPECSPARSE_CACHE": str(tmp_path / "cache")},
@@ -101,6 +118,7 @@ def test_the_vocabulary_paper_runs_as_one_job_and_an_in_domain_job_trains_withou
     assert math["selected_vocab_size"] == k and pruned["k"] == trained["k"] >= k  # end-of-sequence ids stay
     assert comparison["heads"]["trained_at_k"]["draft_vocab_size"] == trained["k"]
     assert comparison["heads"]["full"]["held_out_agreement"] is not None
+    assert [size["fraction"] for size in comparison["k_by_corpus_size"]] == [0.5, 1.0]  # the ablation's rows
     assert 0 <= trained["coverage_generations"] <= 1 and trained["coverage_corpus"] == pytest.approx(
         next(c for kk, c, _ in math["info"]["curve"] if kk == k))
     assert pruned["measured_speedup_vs_full"][1] <= pruned["measured_speedup_vs_full"][0] <= pruned["measured_speedup_vs_full"][2]

@@ -133,11 +133,12 @@ def compare_vocabularies(
             "measured_speedup_vs_pruned": timing.speedup(label, pruned) if method == "trained_at_k" else None,
             "same_as_plain": timing.same_as_first[index],
         })
+    by_fraction = {f: k_stability(calibration, strategy, replace(options, subsample_fraction=f))  # each share once
+                   for f in dict.fromkeys((options.subsample_fraction, *options.corpus_fractions))}
     comparison = {"rows": table, "prompts": timing.prompts, "chosen_k": chosen, "heads": heads,
                   "speedups": timing.speedups,  # every pair: "later row/earlier row" -> [point, low, high]
-                  "stability": k_stability(calibration, strategy, options),
-                  "k_by_corpus_size": [k_stability(calibration, strategy, replace(options, subsample_fraction=f))
-                                       for f in options.corpus_fractions] if options.subsamples else []}
+                  "stability": by_fraction[options.subsample_fraction],
+                  "k_by_corpus_size": [by_fraction[f] for f in options.corpus_fractions] if options.subsamples else []}
     selected = strategy.select().selected
     job_timing = timing.subset({"plain": "plain", "dense": "full",
                                 **({"selected": pruned} if selected != strategy.baseline else {})})
@@ -188,7 +189,7 @@ def k_stability(calibration: Evaluator, strategy: TPEVocabSearch, options: Vocab
     size = max(1, round(options.subsample_fraction * len(texts)))
     ks, overlaps = [], []
     for draw in range(options.subsamples):
-        counts = token_frequencies(texts[i] for i in rng.choice(len(texts), size=size, replace=False))  # all at 1.0
+        counts = token_frequencies(texts[i] for i in rng.choice(len(texts), size=size, replace=False))
         search = TPEVocabSearch(vocab_size, coverage_curve(counts), strategy.latency_reduction, strategy.alpha,
                                 strategy.min_coverage, strategy.n_trials, strategy.k_min, strategy.k_max,
                                 strategy.seed + 1 + draw)

@@ -321,7 +321,7 @@ class LayerSkipSearch(SearchStrategy):
         """The Pareto front of `points` under this search's rule, the pick first."""
         use_a, use_m, _ = self._constraints()
         objectives = [o for o, on in (("accept", use_a), ("metric", use_m)) if on]
-        if self.rule.select == "time_per_token":  # the paper drops only what (A, M) dominate (verify_cost, measured)
+        if self.rule.select == "time_per_token":  # verify_cost and measured, the paper's, drop only what (A, M) dominate
             objectives.append("cost")
         return pareto_front(points, objectives, self.rule.select)
 

@@ -108,6 +108,25 @@ def file_in_the_way(folder: str | os.PathLike) -> Path | None:
     return existing if existing is not None and not existing.is_dir() else None
 
 
+def folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why `folder` cannot be made (a file in the way, a read-only or virtual filesystem, no permission),
+    or None. A folder probed in its nearest existing ancestor, and removed at once, tells what a check of
+    permission bits cannot (root on a read-only mount, /proc)."""
+    if (blocker := file_in_the_way(folder)) is not None:
+        return f"{blocker} is a file"
+    path = Path(folder).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if existing == path:
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{path} is not writable"
+    probe = existing / f".specsparse-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as err:
+        return f"no folder can be made in {existing} ({err.strerror or first_line(err)})"
+    return None
+
+
 # Filesystems where SQLite's locking (and its WAL mode's shared memory) is documented not to work.
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "lustre", "gpfs", "beegfs", "ceph",
                        "fuse.ceph", "glusterfs", "fuse.glusterfs", "afs", "9p", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse")

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from specsparse.study.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "logger=none", "progress=false", "domain.limit=10"]
@@ -129,6 +132,8 @@ CASES = [
     ("cli", ["report", "{tmp}/no-such-folder"], "no-such-folder"),
     ("cli", ["report", "{tmp}/job", "--wandb", "nobody"], "ENTITY/PROJECT"),
     ("cli", ["report", "{tmp}/job", "--store", "{tmp}/damaged.sqlite"], "damaged.sqlite"),
+    ("cli", ["report", "{tmp}/job", "--store", "{tmp}/garbled.sqlite"], "garbled"),
+    ("cli", ["report", "{tmp}/job", "--out", "/proc/specsparse-report"], "--out"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--temperature", "nan", "hi"],
      "--temperature"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--output", "{tmp}/out.jsonl", "hi"],
@@ -161,6 +166,10 @@ CASES = [
     ("run.py", [*TINY, "drafter=recycling", "drafter.warm_corpus=[nope.jsonl]"], "drafter.warm_corpus"),
     ("run.py", [*TINY, "paths.outputs={tmp}/map.yaml"], "paths.outputs"),
     ("run.py", [*TINY, "paths.outputs={tmp}/map.yaml/outputs"], "paths.outputs"),
+    ("run.py", [*TINY, "paths.outputs=/proc/specsparse"], "paths.outputs"),
+    ("run.py", ["-m", *TINY, "paths.outputs=/proc/specsparse"], "paths.outputs"),
+    ("run.py", [*TINY, "objective=measured_speedup_test_vs_plain"], "measured_speedup_calibration_vs_plain"),
+    ("run.py", [*TINY, "objective_timing.repeats=0"], "objective_timing.repeats"),
     ("cli", ["serve", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--num-draft-tokens", "100000"],
      "--num-draft-tokens"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--seed", "99999999999999999999999",
@@ -201,6 +210,9 @@ def prepare(folder: Path) -> None:
     (folder / "bad_env.yaml").write_text("pip: [a\n b: ]\n")
     (folder / "latin.jsonl").write_bytes('{"prompt": "a"}\n{"prompt": "caf\u00e9"}\n'.encode("latin-1"))
     (folder / "damaged.sqlite").write_bytes(b"this is not a database" * 100)
+    ResultsStore(folder / "garbled.sqlite").close()  # a store whose one row is not JSON
+    with sqlite3.connect(folder / "garbled.sqlite") as conn:
+        conn.execute("INSERT INTO measurements (key, meta, measurement, created) VALUES ('k', 'not json', '{}', 0)")
     entry = {"skip_layers": [1], "accept_length": 1.5, "metric": None, "sparsity": 0.25, "modeled_cost": 0.01,
              "flops_fraction": 0.75, "draft_vocab_size": None,
              "dense": {"skip_layers": [], "accept_length": 1.5, "metric": None, "modeled_cost": 0.012}}
@@ -262,6 +274,8 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, entry, args, n
         record = run / "reproduce.json"
         if not record.is_file() or json.loads(record.read_text()).get("status") != "failed":
             problems.append(f"left the run folder {run.name}")
+    if (folder / "job" / "report").exists():
+        problems.append("wrote a report")
     if (folder / "damaged.sqlite").read_bytes() != damaged:
         problems.append("changed the damaged store")
     if (folder / "model-loaded").exists() and needle not in AFTER_LOADING:

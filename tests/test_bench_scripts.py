@@ -171,6 +171,9 @@ SMOKE = [
     ("bench_batch_size", ["--model", "tiny", "--prompts", "16", "--max-new-tokens", "4"], "| 64 |"),
     ("bench_speedup", ["--model", "tiny", "--domains", "qa", "--drafters", "pld", "--prompts", "2",
                        "--override", "generation.max_new_tokens=6", "--output", "speedup.json"], "| pld fast |"),
+    ("bench_cost_model", ["--model", "tiny", "--domain", "qa", "--drafter", "pld", "--skip", "1", "--prompts", "2",
+                          "--repeats", "1", "--override", "generation.max_new_tokens=6", "--output", "cost.json"],
+     "| skip[1] |"),
     ("bench_forward_path", ["--model", "tiny", "--repeats", "2", "--bandwidth-mb", "64", "--output", "fp.json"],
      "| fast | 6 |"),
 ]

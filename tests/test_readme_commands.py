@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,30 @@ def test_a_readme_command_composes_and_validates(where, command, tmp_path, monke
 def test_the_readmes_show_commands():
     where = {w.split(":")[0] for w, _ in shown_commands()}
     assert len(shown_commands()) >= 30 and {"README", "quickstart", "tss_main", "paper_tss"} <= where
+
+
+@pytest.mark.slow
+def test_the_first_hour_runs_in_a_fresh_shell(tmp_path):
+    """README's first steps in a shell that never activated the environment: a job on the tiny model, then
+    the command its last line prints, pasted as printed; and `source .venv/bin/activate` then `specsparse`."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "activate").is_file():
+        pytest.skip(f"{sys.executable} is not a virtual environment's python")
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "SPECSPARSE_CACHE": str(tmp_path / "cache"),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "WANDB_MODE": "offline",
+           "OMP_NUM_THREADS": "1"}
+
+    def shell(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "--norc", "--noprofile", "-c", command], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    job = shell(f"{shlex.quote(str(bin_dir / 'python'))} run.py model=tiny domain=qa domain.limit=10 "
+                f"generation.max_new_tokens=8 timing_prompts=2 progress=false logger=none paths.outputs={tmp_path / 'out'}")
+    assert job.returncode == 0, job.stderr[-2000:]
+    [printed] = re.findall(r"tables and plots: (.+)", job.stdout + job.stderr)
+    report = shell(printed)
+    assert report.returncode == 0, (printed, report.stderr[-2000:])
+    folder = Path(printed.split()[-1])
+    assert (folder / "report" / "report.md").is_file() and (folder / "speedup.png").is_file()
+    activated = shell(f"source {shlex.quote(str(bin_dir / 'activate'))} && specsparse report --help")
+    assert activated.returncode == 0 and "usage" in activated.stdout

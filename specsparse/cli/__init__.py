@@ -1,5 +1,6 @@
 """The `specsparse` command.
 
+    specsparse run -m domain=qa,mmlu search=bfs       (a job or sweep: `python run.py ...` of a checkout)
     specsparse report outputs/multirun/2025-01-01_10-00-00 [--out DIR] [--merge-config-map maps/all.yaml]
     specsparse report --wandb ENTITY/PROJECT --out report/
     specsparse submit --address http://HEAD:8265 -- python run.py -m experiment=tss_main runner=ray
@@ -10,7 +11,7 @@
     specsparse train-drafter --output drafters/smollm2-eagle [--vocab-size 8192]   (an EAGLE head)
     specsparse export --config-map maps/all.yaml --domain qa --token-map qa.pt   (SGLang --speculative-token-map)
 
-Sweeps themselves run through Hydra: `python run.py ...` (see run.py). Every subcommand returns an exit
+Jobs and sweeps run through Hydra: `specsparse run ...` or, in a checkout, `python run.py ...`. Every subcommand returns an exit
 code; bad input prints one line on stderr and exits with 2. Each subcommand lives in its own module here
 (generate and serve share one); this module only assembles the parser.
 """
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from specsparse.cli.export import add_export_command
 from specsparse.cli.profile import add_profile_command
 from specsparse.cli.report import add_report_command
+from specsparse.cli.run import add_run_command
 from specsparse.cli.runtime import add_runtime_commands
 from specsparse.cli.submit import add_submit_command
 from specsparse.cli.train_drafter import add_train_drafter_command
@@ -40,10 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="specsparse",
         description="Per-domain target-layer skipping and draft-vocabulary trimming for speculative decoding. "
-                    "Sweeps: python run.py (Hydra).",
+                    "Jobs and sweeps: specsparse run (Hydra; python run.py in a checkout).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND")
+    add_run_command(subparsers)
     add_report_command(subparsers)
     add_submit_command(subparsers)
     add_runtime_commands(subparsers)

@@ -71,7 +71,10 @@ class JobPlan:
     progress: bool = True
     experiment: str | None = None
     seed: int = 0
-    objective: str | tuple[str, ...] | None = "measured_speedup_test_vs_plain"  # what run.py returns (OBJECTIVES)
+    objective: str | tuple[str, ...] | None = "measured_speedup_calibration_vs_plain"  # what run.py returns (OBJECTIVES)
+    # (calibration prompts or None for all, repeats): plain, dense and the pick timed on the calibration split
+    # for a measured objective that a sweeper reads; None: no such timing (no sweeper reads the objective)
+    objective_timing: tuple[int | None, int] | None = None
     choices: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict, compare=False)
     overrides: tuple[str, ...] = ()
@@ -93,6 +96,7 @@ def build_plan(
     cwd: str | os.PathLike | None = None,
     overrides: Sequence[str] = (),
     choices: Mapping[str, str] | None = None,
+    objective_read: bool = False,
 ) -> JobPlan:
     """Validate a composed configuration and turn it into a JobPlan, without loading any model.
 
@@ -101,6 +105,8 @@ def build_plan(
     output_dir: the job's directory (Hydra's output dir); made absolute.
     cwd: where relative paths in the config (data files, model files, the store) resolve from.
     choices: the group option chosen for each group (Hydra's runtime choices), used as short names.
+    objective_read: a sweeper reads the job's `objective` (run.py: multirun under a sweeper other than
+        Hydra's basic one): a measured objective then times the calibration split (`objective_timing`).
     """
     cwd_path = Path(os.path.abspath(cwd or os.getcwd()))
     missing = [g for g in GROUPS if g not in config]
@@ -139,6 +145,8 @@ def build_plan(
         raise ConfigError(f"paths.store={store} is on a network filesystem ({filesystem}), where SQLite's locking is "
                           "unsafe: keep the results store on the local disk of the node that runs the job "
                           "(paths.store=/local/folder/store.sqlite), and only paths.outputs on the shared folder")
+    objective = _objective(config.get("objective", JobPlan.objective))
+    objective_timing = _objective_timing(config.get("objective_timing") or {})
     return JobPlan(
         evaluation=evaluation,
         search=search,
@@ -154,7 +162,8 @@ def build_plan(
         progress=flag_option(config, "progress"),
         experiment=config.get("experiment_name"),
         seed=seed_option(config, "seed"),
-        objective=_objective(config.get("objective", JobPlan.objective)),
+        objective=objective,
+        objective_timing=objective_timing if objective_read and times(objective) else None,
         choices=dict(choices or {}),
         config=dict(config),
         overrides=tuple(overrides),
@@ -396,18 +405,48 @@ def _logger(cfg: Mapping[str, Any] | None) -> Component | None:
     return _component(options, "logger")
 
 
-# summary.json keys a job can return to a Hydra sweeper (a number, or an interval's point estimate)
-OBJECTIVES = ("measured_speedup_test_vs_plain", "measured_speedup_dense_vs_plain", "measured_speedup_test",
-              "modeled_speedup_test", "measured_plain_tokens_per_s_test", "job_wall_time_s")
+# summary.json keys a job can return to a Hydra sweeper (a number, or an interval's point estimate), each
+# measured on the calibration split, where the search chose: the test split stays held out. measured_*
+# keys time plain decoding, dense and the pick side by side on calibration prompts (`objective_timing`).
+OBJECTIVES = ("measured_speedup_calibration_vs_plain", "measured_speedup_calibration_vs_dense",
+              "modeled_speedup_calibration", "metric_ratio_calibration", "accept_ratio_calibration",
+              "fidelity_calibration", "job_wall_time_s")
+
+
+def times(objective: str | Sequence[str] | None) -> bool:
+    """Whether an objective needs the calibration split timed side by side."""
+    keys = [] if objective is None else [objective] if isinstance(objective, str) else objective
+    return any(k.startswith("measured_") for k in keys)
 
 
 def _objective(value: Any) -> str | tuple[str, ...] | None:
     """`objective`: one of OBJECTIVES, a list of them (a multi-objective sweeper), or null."""
     keys = [value] if isinstance(value, str) else value
+    held_out = [k for k in keys if isinstance(k, str) and "_test" in k] if isinstance(keys, list) else []
+    if held_out:
+        twin = {"measured_speedup_test": "measured_speedup_calibration_vs_dense"}.get(
+            held_out[0], held_out[0].replace("_test", "_calibration"))
+        raise ConfigError(f"objective={value!r} reads the test split, which a sweep choosing by it would no longer "
+                          f"hold out: use {twin if twin in OBJECTIVES else JobPlan.objective} (measured on the "
+                          "calibration split; `report` shows the chosen trial's held-out numbers)")
     if value is not None and (not isinstance(keys, list) or not keys or any(k not in OBJECTIVES for k in keys)):
         raise ConfigError(f"objective={value!r}: give a summary.json key ({', '.join(OBJECTIVES)}), a list of "
                           "them for a multi-objective sweeper, or null")
     return value if value is None or isinstance(value, str) else tuple(keys)
+
+
+def _objective_timing(cfg: Mapping[str, Any]) -> tuple[int | None, int]:
+    """`objective_timing`: calibration prompts (null: all) and repeats per prompt."""
+    unknown = sorted(set(cfg) - {"prompts", "repeats"})
+    if unknown:
+        raise ConfigError(f"objective_timing: unknown option(s) {unknown}: use prompts, repeats")
+    prompts, repeats = cfg.get("prompts"), cfg.get("repeats", 1)
+    if prompts is not None and (not isinstance(prompts, int) or isinstance(prompts, bool) or prompts < 1):
+        raise ConfigError(f"objective_timing.prompts={prompts!r}: give a positive number of calibration prompts, "
+                          "or null for all")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ConfigError(f"objective_timing.repeats={repeats!r}: give a positive number of timings per prompt")
+    return prompts, repeats
 
 
 def objective_value(objective: str | Sequence[str] | None, summary: Mapping[str, Any]) -> Any:

@@ -30,6 +30,7 @@ from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.result import JobResult
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+from specsparse.measuring.profile import DraftCost, price
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
 from specsparse.search.rule import TSSRule
@@ -37,7 +38,7 @@ from specsparse.study.driver import OnTold
 from specsparse.study.runners import Runner
 from specsparse.study.store import ResultsStore
 from specsparse.study.study import Study
-from specsparse.types import Candidate, Component
+from specsparse.types import Candidate, Component, Measurement
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,12 @@ def run_job(
     progress: bool = True,
     timing_prompts: int | None = 24,
     vocab_comparison: VocabComparisonSpec | None = None,
+    objective_timing: tuple[int | None, int] | None = None,
 ) -> JobResult:
     """Search on `spec`'s calibration split, evaluate on its test split, write outputs to `output_dir`.
     vocab_comparison (search=tpe_vocab): then the vocabulary paper's comparison on the test split.
+    objective_timing (calibration prompts, repeats): time plain decoding, dense and the pick side by side on
+    the calibration split, for a sweeper's objective (a select="measured" timing already holds them).
     Whatever needs the model runs through the runner (`Study.call`), where it measures."""
     start = time.perf_counter()
     study = Study(spec, runner, store, progress, on_told)
@@ -68,10 +72,17 @@ def run_job(
         raise ConfigError(f"search {search.name}: {first_line(err)}") from None
     result = study.search(strategy, max_measurements)
     rule = getattr(strategy, "rule", None)
+    calibration_timing = None
     if rule is not None and rule.select == "measured" and result.selected != result.baseline:
-        front_timing = study.call("calibration", partial(time_front, result=result, candidates=rule.measured_candidates,
-                                                         prompts=rule.measured_prompts, progress=progress))
-        result = pick_by_timing(result, front_timing)
+        front = [result.selected, *(c for c, _ in result.alternatives)][:rule.measured_candidates]
+        calibration_timing = study.call("calibration", partial(time_on_calibration, candidates=[result.baseline, *front],
+                                                               prompts=rule.measured_prompts, progress=progress))
+        result = pick_by_timing(result, calibration_timing)
+    elif objective_timing is not None:
+        prompts, repeats = objective_timing
+        calibration_timing = study.call("calibration", partial(
+            time_on_calibration, candidates=list(dict.fromkeys([result.baseline, result.selected])), prompts=prompts,
+            repeats=repeats, progress=progress))
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
         if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
@@ -88,7 +99,7 @@ def run_job(
         output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=context["num_layers"],
         description=study.description("calibration"), timing=timing, eps_metric=getattr(strategy, "rule", TSSRule()).eps_metric,
         metric=spec.domain.metric, guard=strategy.quality_guard(), draws_test=draws_test,
-        vocab_comparison=compared, cost_profiles=cost_profiles(runner),
+        vocab_comparison=compared, cost_profiles=cost_profiles(runner), calibration_timing=calibration_timing,
         recorded_drafter=study.call("calibration", attrgetter("recorded_drafter")),
         draft_vocab_ids=None if vocab_size is None else tuple(study.call("calibration", methodcaller("vocab_ids", vocab_size))),
     )
@@ -104,25 +115,45 @@ def time_on_test(test: Evaluator, result: SearchResult, timing_prompts: int | No
     device, held by that worker). Plain decoding (the dense target, no drafter) runs beside the speculative
     configurations, so a setup slower than not speculating cannot hide. A trimmed drafter keeps its
     calibration vocabulary."""
+    timed = {"dense": result.baseline} | ({} if result.selected == result.baseline else {"selected": result.selected})
     configurations = [("plain", (), lambda: None)]
-    for label, c in (("dense", result.baseline), ("selected", result.selected)):
-        if label == "dense" or c != result.baseline:
-            configurations.append((label, c.skip_layers, test.calibration.drafter_factory(c.vocab_size)))
+    configurations += [(label, c.skip_layers, test.calibration.drafter_factory(c.vocab_size)) for label, c in timed.items()]
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
-    return time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
-                             progress=progress)
+    timing = time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
+                               progress=progress)
+    return with_modeled_terms(timing, test, [None, *timed.values()])
 
 
-def time_front(calibration: Evaluator, result: SearchResult, candidates: int = 4, prompts: int | None = 16,
-               progress: bool = True) -> SideBySide:
-    """Dense and the search's front (the pick and its alternatives, cheapest modeled first; the first
-    `candidates`) timed side by side with the engine on the first `prompts` calibration prompts (None:
-    all), by the calibration Evaluator: what select="measured" picks from. Labels are the candidates'."""
-    front = [result.selected, *(c for c, _ in result.alternatives)][:candidates]
-    configurations = [(c.label, c.skip_layers, calibration.drafter_factory(c.vocab_size)) for c in (result.baseline, *front)]
+def time_on_calibration(calibration: Evaluator, candidates: list[Candidate], prompts: int | None = 16, repeats: int = 1,
+                        progress: bool = True) -> SideBySide:
+    """Plain decoding and `candidates` (dense first) timed side by side with the engine on the first `prompts`
+    calibration prompts (None: all), by the calibration Evaluator: what select="measured" picks from and
+    what a sweeper's measured objective reads. Labels: "plain" and the candidates' labels."""
+    configurations = [("plain", (), lambda: None)]
+    configurations += [(c.label, c.skip_layers, calibration.drafter_factory(c.vocab_size)) for c in candidates]
     examples = calibration.examples[:prompts] if prompts else calibration.examples
-    return time_side_by_side(calibration.target, calibration.domain, examples, configurations,
-                             calibration.spec.generation, progress=progress)
+    timing = time_side_by_side(calibration.target, calibration.domain, examples, configurations,
+                               calibration.spec.generation, repeats=repeats, progress=progress)
+    return with_modeled_terms(timing, calibration, [None, *candidates])
+
+
+def with_modeled_terms(timing: SideBySide, evaluator: Evaluator, candidates: list[Candidate | None]) -> SideBySide:
+    """`timing` with each configuration's modeled cost beside its measured terms (`candidates` in the
+    timing's order, None for plain decoding): the evaluator's cost profile pricing the very steps that were
+    timed (their chunk and token counts), so a gap between `modeled_ms_per_token` and `ms_per_token` is the
+    model's own, not a difference in reply or accept lengths. The model has no prefill term: a timing's
+    `prefill_ms_per_token` is part of the gap."""
+    terms = []
+    for c, measured in zip(candidates, timing.terms):
+        counts = Measurement(accept_length=0.0, metric=None, modeled_cost=0.0, flops_fraction=1.0, modeled_tokens_per_s=0.0,
+                             new_tokens=measured["tokens"], target_forwards=measured["steps"], wall_time_s=0.0,
+                             verified_tokens=measured["verified_tokens"], chunk_counts=tuple(measured["chunk_counts"]))
+        kept = evaluator.target.num_layers - (0 if c is None else len(c.skip_layers))
+        priced = price(counts, evaluator.profile, kept, DraftCost() if c is None else evaluator.draft_cost(c.vocab_size))
+        verify = 1000 * priced.modeled_verify_cost * counts.target_forwards / max(counts.new_tokens, 1)
+        terms.append({**measured, "modeled_ms_per_token": 1000 * priced.modeled_cost, "modeled_verify_ms_per_token": verify,
+                      "modeled_draft_ms_per_token": 1000 * priced.modeled_cost - verify})
+    return replace(timing, terms=tuple(terms))
 
 
 def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:
@@ -133,12 +164,13 @@ def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:
     measured = dict(result.history)
     front = [result.selected, *(c for c, _ in result.alternatives)]
     by_label = {c.label: c for c in (result.baseline, *front)}
-    timed = [by_label[label] for label in timing.labels]
-    chosen = timed[max(range(len(timed)), key=lambda i: timing.tokens_per_s[i])]
-    dense_rate = measured[result.baseline].modeled_tokens_per_s
+    timed = [by_label[label] for label in timing.labels if label != "plain"]
+    rate = dict(zip(timing.labels, timing.tokens_per_s))
+    chosen = max(timed, key=lambda c: rate[c.label])
+    dense, dense_rate = result.baseline.label, measured[result.baseline].modeled_tokens_per_s
     rows = [{"configuration": c.label, "modeled_speedup_vs_dense": measured[c].modeled_tokens_per_s / dense_rate if dense_rate else None,
-             "measured_speedup_vs_dense": [1.0, 1.0, 1.0] if i == 0 else timing.speedup(c.label, timing.labels[0]),
-             "measured_tokens_per_s": timing.tokens_per_s[i]} for i, c in enumerate(timed)]
+             "measured_speedup_vs_dense": [1.0, 1.0, 1.0] if c.label == dense else timing.speedup(c.label, dense),
+             "measured_tokens_per_s": rate[c.label]} for c in timed]
     modeled_pick = result.selected.label
     note = (f"select=measured: {chosen.label} had the lowest measured time per token of {len(timed)} configurations timed "
             f"side by side on {timing.prompts} calibration prompts (the modeled pick was {modeled_pick})")
@@ -181,6 +213,7 @@ def run_plan(plan: JobPlan) -> JobResult:
             plan.evaluation, plan.search, runner, store, out, plan.max_measurements, plan.evaluate_test,
             on_told=logger.on_told if logger is not None else None, progress=plan.progress,
             timing_prompts=plan.timing_prompts, vocab_comparison=plan.vocab_comparison,
+            objective_timing=plan.objective_timing,
         )
         identity = job.description
         record.update(

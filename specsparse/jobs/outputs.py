@@ -1,5 +1,5 @@
 """What a finished job writes and prints: the domain config map entry, measurements.csv,
-samples.jsonl, summary.json and the results table."""
+samples.jsonl, summary.json, the job's figures (speedup.png, pareto.png) and the results table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsparse.config_map import ConfigMap, DomainConfig, OperatingPoint, write_config_map
+from specsparse.jobs.figures import write_job_figures
 from specsparse.jobs.vocab_comparison import comparison_markdown
 from specsparse.measuring.fidelity import fidelity_scores
 from specsparse.metrics import SCALE, metric_description
@@ -68,7 +69,9 @@ def write_job_outputs(job: JobResult, calibration_examples: Sequence[Example], t
         write_samples_jsonl(out / "samples.jsonl", test_examples, job.test_dense, job.test_selected)
     if job.vocab_comparison is not None:
         atomic_write_text(out / "vocab_comparison.md", comparison_markdown(job.vocab_comparison))
-    atomic_write_text(out / "summary.json", strict_json(job.summary()))
+    summary = job.summary()
+    atomic_write_text(out / "summary.json", strict_json(summary))
+    write_job_figures(summary, out)
 
 
 # -- the domain's config map entry --------------------------------------------------------------------------------------

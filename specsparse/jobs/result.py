@@ -33,6 +33,7 @@ class JobResult:
     num_layers: int = 0
     description: dict[str, Any] = field(default_factory=dict, compare=False)  # Study.description() of the search (study.keys)
     timing: SideBySide | None = None  # plain decoding, dense and selected on the test split, side by side
+    calibration_timing: SideBySide | None = None  # plain decoding, dense and the pick (or the front) on calibration prompts
     eps_metric: float = TSSRule.eps_metric  # the search's metric tolerance, which the held-out verdict applies too
     metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
     guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
@@ -47,8 +48,13 @@ class JobResult:
         the 0-100 scale `metric` names; fields named modeled_* come from the cost profile, measured_*
         from the engine, timed side by side in this process."""
         s = self.search_result
-        timing = self.timing
-        return {
+        timing, calibration = self.timing, self.calibration_timing
+        selected, dense = s.selected.label, s.baseline.label
+        intervals = {split: _intervals(d, m) or {} for split, d, m in (
+            ("calibration", s.dense, s.selected_measurement), ("test", self.test_dense, self.test_selected))}
+        fidelity = {"calibration": _fidelity(s.dense, s.selected_measurement),
+                    "test": _fidelity(self.test_dense, self.test_selected)}
+        return with_flat_intervals({
             "domain": self.domain,
             "strategy": s.strategy,
             "metric": metric_description(self.metric),
@@ -61,15 +67,23 @@ class JobResult:
             "measured_speedup_test": _speedup(timing, "selected", "dense", 0),
             "measured_speedup_test_interval": _speedup(timing, "selected", "dense", slice(1, 3)),
             "modeled_speedup_test": _ratio(self.test_selected, self.test_dense, "modeled_tokens_per_s"),
+            # the cost profile priced on the very steps the timing ran (measured_timing_test's terms): the model's own error
+            "modeled_speedup_test_timed_steps": _modeled_speedup(timing, "selected", "dense"),
             "measured_plain_tokens_per_s_test": None if timing is None else timing.tokens_per_s[0],
+            # The same figures on the calibration split, where the search chose: what a sweeper's objective reads.
+            "measured_speedup_calibration_vs_plain": _speedup(calibration, selected, "plain", slice(0, 3)),
+            "measured_speedup_calibration_vs_dense": _speedup(calibration, selected, dense, slice(0, 3)),
+            "modeled_speedup_calibration": _ratio(s.selected_measurement, s.dense, "modeled_tokens_per_s"),
+            **{f"{name}_{split}": intervals[split].get(name) for split in ("calibration", "test")
+               for name in ("accept_ratio", "metric_ratio")},
+            "fidelity_calibration": fidelity["calibration"],
+            "fidelity_test": fidelity["test"],
             "calibration": {"dense": _numbers(s.dense), "selected": _numbers(s.selected_measurement)},
             "test": {"dense": _numbers(self.test_dense), "selected": _numbers(self.test_selected)},
-            "intervals": {"calibration": _intervals(s.dense, s.selected_measurement),
-                          "test": _intervals(self.test_dense, self.test_selected)},
-            "fidelity": {"name": FIDELITY, "scale": "0-100",
-                         "calibration": _fidelity(s.dense, s.selected_measurement),
-                         "test": _fidelity(self.test_dense, self.test_selected)},
+            "intervals": {split: values or None for split, values in intervals.items()},
+            "fidelity": {"name": FIDELITY, "scale": "0-100", **fidelity},
             "measured_timing_test": None if timing is None else timing.as_dict(),
+            "measured_timing_calibration": None if calibration is None else calibration.as_dict(),
             "held_out": self.held_out(),
             "search_cost": {
                 "configurations_measured": s.n_measured,
@@ -84,7 +98,7 @@ class JobResult:
             "vocab_corpus": self.vocab_corpus(),
             "vocab_comparison": self.vocab_comparison,
             "job_wall_time_s": self.wall_time_s,
-        }
+        })
 
     def random_draws(self) -> dict[str, Any] | None:
         """Random search: mean, min and max over its draws (metric on 0-100) on both splits; the pick is
@@ -187,9 +201,50 @@ def _fidelity(dense: Measurement | None, selected: Measurement | None) -> list[f
     return None if interval is None else interval.as_list()
 
 
+def with_flat_intervals(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` with `<key>_low` and `<key>_high` after each top-level [point, low, high] interval (and
+    after `<key>` for a `<key>_interval` pair), numbers a plotting tool or W&B can sort and chart."""
+    flat: dict[str, Any] = {}
+    for key, value in summary.items():
+        flat[key] = value
+        if key.endswith("_interval") and isinstance(value, list) and len(value) == 2:
+            flat[f"{key.removesuffix('_interval')}_low"], flat[f"{key.removesuffix('_interval')}_high"] = value
+        elif key in INTERVAL_KEYS:
+            flat[f"{key}_low"], flat[f"{key}_high"] = (None, None) if value is None else value[1:]
+    return flat
+
+
+# The top-level [point, low, high] intervals of summary.json (each also flat: `with_flat_intervals`).
+INTERVAL_KEYS = ("measured_speedup_test_vs_plain", "measured_speedup_dense_vs_plain",
+                 "measured_speedup_calibration_vs_plain", "measured_speedup_calibration_vs_dense",
+                 *(f"{name}_{split}" for split in ("calibration", "test")
+                   for name in ("accept_ratio", "metric_ratio", "fidelity")))
+
+
+def with_scalar_points(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` with each INTERVAL_KEYS interval replaced by its point (its bounds are `_low` / `_high`):
+    the form of a W&B run's summary, where only scalars sort and chart. `with_interval_lists` inverts it."""
+    return {k: v[0] if k in INTERVAL_KEYS and isinstance(v, list) else v for k, v in summary.items()}
+
+
+def with_interval_lists(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary in W&B's form (`with_scalar_points`) as summary.json holds it: [point, low, high] lists."""
+    return {k: [v, summary.get(f"{k}_low"), summary.get(f"{k}_high")] if k in INTERVAL_KEYS and isinstance(v, (int, float))
+            else v for k, v in summary.items()}
+
+
 def _speedup(timing: SideBySide | None, label: str, over: str, part: int | slice) -> Any:
-    values = None if timing is None else timing.speedup(label, over)
+    """A timing's speedup of `label` over `over` (the same configuration: 1), or None untimed."""
+    values = None if timing is None else [1.0, 1.0, 1.0] if label == over else timing.speedup(label, over)
     return None if values is None else values[part]
+
+
+def _modeled_speedup(timing: SideBySide | None, label: str, over: str) -> float | None:
+    """Modeled ms/token of `over` over `label`'s, both priced on their timed steps (`with_modeled_terms`)."""
+    terms = {} if timing is None else dict(zip(timing.labels, timing.terms))
+    if label not in terms or over not in terms or "modeled_ms_per_token" not in terms[label]:
+        return None
+    return terms[over]["modeled_ms_per_token"] / terms[label]["modeled_ms_per_token"]
 
 
 def _ratio(a: Measurement | None, b: Measurement | None, field_name: str) -> float | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from specsparse.util import atomic_write_text, file_in_the_way
+from specsparse.util import atomic_write_text, folder_problem
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,9 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
 
 
 class OutputFolderCheck(Callback):
-    """A run or sweep folder that cannot be made (`paths.outputs` naming a file, or a folder under
-    one) stops the command with one line and exit code 2, before Hydra makes the folder."""
+    """A run or sweep folder that cannot be made (`paths.outputs` naming a file or a folder under one, on a
+    read-only or virtual filesystem, or without permission) stops the command with one line and exit code 2,
+    before Hydra makes the folder."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:  # the run folder's name needs Hydra's runtime, unset yet
         _check_output_folder(str(config.paths.outputs))
@@ -152,9 +153,9 @@ class OutputFolderCheck(Callback):
 
 
 def _check_output_folder(folder: str) -> None:
-    if (blocker := file_in_the_way(folder)) is not None:
-        print(f"error: paths.outputs: {blocker} is a file, so the folder {folder} cannot be made: point "
-              "paths.outputs at a folder (created if missing)", file=sys.stderr)
+    if (problem := folder_problem(folder)) is not None:
+        print(f"error: paths.outputs: {problem}, so the folder {folder} cannot be made: point paths.outputs at a "
+              "folder you can write (created if missing)", file=sys.stderr)
         sys.exit(2)
 
 

@@ -35,6 +35,10 @@ class SideBySide:
     speedups["selected/dense"] = [point, low, high]: tokens/s of "selected" over "dense".
     accept_lengths: tokens per verification step (bonus included); draft_ms_per_step: drafting time
     per step; latency_s: mean wall time of a request with its 95% interval; same_as_first: prompts whose reply equals the first configuration's token for token.
+    terms: per configuration, where its time went, in ms per generated token (`ms_per_token` is their sum:
+    prefill, verification forwards, drafting, and the rest of the loop), and the counts the cost profile
+    prices (`steps`, `tokens`, `verified_tokens`, `chunk_counts[i]`: steps that verified i + 1 tokens), over
+    every timed prompt and repeat.
     outputs: each configuration's reply token ids per prompt (not written: `as_dict` leaves them out)."""
 
     labels: tuple[str, ...]
@@ -46,6 +50,7 @@ class SideBySide:
     draft_ms_per_step: tuple[float, ...] = ()
     same_as_first: tuple[int, ...] = ()
     hardware: dict = field(default_factory=dict)  # where it was timed (`timing_hardware`)
+    terms: tuple[dict, ...] = ()
     outputs: tuple[tuple[tuple[int, ...], ...], ...] = field(default=(), repr=False, compare=False)
 
     def speedup(self, label: str, over: str) -> list[float] | None:
@@ -62,14 +67,14 @@ class SideBySide:
         pick = lambda values: tuple(values[i] for i in index) if values else ()  # noqa: E731
         return SideBySide(tuple(names), pick(self.tokens_per_s), speedups, self.prompts, pick(self.accept_lengths),
                           pick(self.latency_s), pick(self.draft_ms_per_step), pick(self.same_as_first),
-                          self.hardware, pick(self.outputs))
+                          self.hardware, pick(self.terms), pick(self.outputs))
 
     def as_dict(self) -> dict:
         return {"labels": list(self.labels), "tokens_per_s": list(self.tokens_per_s), "speedups": self.speedups,
                 "prompts": self.prompts, "accept_lengths": list(self.accept_lengths),
                 "latency_s": list(self.latency_s),
                 "draft_ms_per_step": list(self.draft_ms_per_step), "same_as_first": list(self.same_as_first),
-                "hardware": self.hardware}
+                "hardware": self.hardware, "terms": list(self.terms)}
 
 
 log = logging.getLogger(__name__)
@@ -126,7 +131,8 @@ def time_runners(
     if len(runners) < 2:
         raise ValueError("side-by-side timing needs at least two configurations")
     tokens = np.zeros((len(examples), len(runners)))
-    seconds, steps, accepted, draft_seconds = (np.zeros_like(tokens) for _ in range(4))
+    seconds, steps, accepted, draft_seconds, prefill_seconds, verify_seconds = (np.zeros_like(tokens) for _ in range(6))
+    verified: list[list[int]] = [[] for _ in runners]  # every step's verified length, per configuration
     outputs: list[list[tuple[int, ...]]] = [[() for _ in examples] for _ in runners]
     order = list(range(len(runners)))
     with tqdm(total=len(examples) * repeats * len(order), desc="timing side by side", disable=not progress,
@@ -140,6 +146,9 @@ def time_runners(
                     steps[i, c] += result.target_forwards
                     accepted[i, c] += sum(result.accept_lengths)
                     draft_seconds[i, c] += result.draft_time_s
+                    prefill_seconds[i, c] += result.prefill_time_s
+                    verify_seconds[i, c] += result.verify_time_s
+                    verified[c] += result.verified_lengths
                     outputs[c][i] = result.new_token_ids
                     bar.update()
                 order.reverse()
@@ -161,5 +170,17 @@ def time_runners(
         latency_s=tuple(latency),
         draft_ms_per_step=tuple(float(d) for d in 1000 * draft_seconds.sum(0) / total_steps),
         same_as_first=tuple(sum(o == first for o, first in zip(out, outputs[0])) for out in outputs),
+        terms=tuple(_terms(*(a[:, c].sum() for a in (tokens, seconds, prefill_seconds, verify_seconds, draft_seconds)),
+                           verified[c]) for c in range(len(runners))),
         outputs=tuple(tuple(out) for out in outputs),
     )
+
+
+def _terms(tokens: float, seconds: float, prefill: float, verify: float, draft: float, verified: list[int]) -> dict:
+    """One configuration's time by term, in ms per generated token, and the counts that price it."""
+    per_token = 1000 / max(tokens, 1)
+    return {"ms_per_token": seconds * per_token, "prefill_ms_per_token": prefill * per_token,
+            "verify_ms_per_token": verify * per_token, "draft_ms_per_token": draft * per_token,
+            "other_ms_per_token": (seconds - prefill - verify - draft) * per_token,
+            "tokens": int(tokens), "steps": len(verified), "verified_tokens": sum(verified),
+            "chunk_counts": [verified.count(n) for n in range(1, max(verified, default=0) + 1)]}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from specsparse.jobs.figures import new_figure, save_figure
 from specsparse.metrics import SCALE
-from specsparse.reporting.figures import new_figure, save_figure
 from specsparse.study.store import SCALAR_FIELDS, ResultsStore
 
 

@@ -1,4 +1,5 @@
-"""The report's figures (PNG, matplotlib without pyplot): the Pareto front of a search, the dense accept
+"""The report's figures (PNG, matplotlib without pyplot; a job's own Pareto and speedup figures are
+`specsparse.jobs.figures`): the dense accept
 length per domain and drafter (the papers' Fig. 2) and per-sample dense vs TSS (Fig. 5); the
 single-layer ablation's figure (Fig. 3) is in `specsparse.reporting.ablation`; and a vocabulary search's
 coverage against k."""
@@ -12,55 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specsparse.jobs.figures import new_figure, save_figure
 from specsparse.types import recorded_class_path
-
-
-def new_figure(width: float = 6.0, height: float = 4.5):
-    from matplotlib.figure import Figure  # noqa: PLC0415 - no pyplot: no GUI backend, thread-safe
-
-    return Figure(figsize=(width, height), dpi=120)
-
-
-def save_figure(fig, path: str | os.PathLike) -> Path:
-    """Lay out and write `fig` as a PNG at `path` (folders created)."""
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
-
-
-def plot_pareto(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
-    """Scatter of one search's configurations: accept length vs metric, modeled cost as colour; Pareto points
-    ringed, the selected configuration a red star, dense a black square. Without a metric (domain
-    without references) the y axis is the modeled cost instead."""
-    data = frame[~frame["early_stopped"]] if "early_stopped" in frame else frame
-    fig = new_figure()
-    ax = fig.subplots()
-    has_metric = data["metric"].notna().any()
-    metric_name = data["metric_name"].dropna().iloc[0] if has_metric and "metric_name" in data else "task metric"
-    y_column, y_label = (("metric", f"{metric_name} (0-100)") if has_metric
-                         else ("modeled_cost", "modeled cost (s / token; metric n/a)"))
-    points = ax.scatter(data["accept_length"], data[y_column], c=data["modeled_cost"] * 1000, cmap="viridis", s=28,
-                        zorder=2)
-    fig.colorbar(points, ax=ax, label="modeled cost (ms / token)")
-    front = data[data["pareto"]] if "pareto" in data else data.iloc[0:0]
-    ax.scatter(front["accept_length"], front[y_column], facecolors="none", edgecolors="black", s=90, linewidths=1.2,
-               label="Pareto front (feasible)", zorder=3)
-    dense = data[data["num_skipped"].eq(0) & data["vocab_size"].isna()] if "num_skipped" in data else data.iloc[0:0]
-    ax.scatter(dense["accept_length"], dense[y_column], marker="s", color="black", s=50, label="dense", zorder=4)
-    selected = data[data["selected"]] if "selected" in data else data.iloc[0:0]
-    ax.scatter(selected["accept_length"], selected[y_column], marker="*", color="red", s=220, label="selected", zorder=5)
-    for _, row in selected.iterrows():
-        ax.annotate(row["label"], (row["accept_length"], row[y_column]), textcoords="offset points", xytext=(6, 6),
-                    fontsize=8)
-    ax.margins(x=0.12, y=0.08)  # room for the selected configuration's label
-    ax.set_xlabel("accept length A (tokens per verification)")
-    ax.set_ylabel(y_label)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    return save_figure(fig, path)
 
 
 def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -108,10 +62,11 @@ def plot_dense_accept(frame: pd.DataFrame, title: str, path: str | os.PathLike) 
     return save_figure(fig, path)
 
 
-def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike) -> Path:
-    """Per test prompt, dense against the selection (Fig. 5): accept length, and the metric where the
-    domain has one; points above the diagonal improved."""
-    panels = [("accept", "accept length")] + ([("metric", "task metric")] if frame["metric_dense"].notna().any() else [])
+def plot_samples(frame: pd.DataFrame, title: str, path: str | os.PathLike, metric_name: str = "task metric") -> Path:
+    """Per test prompt, dense against the selection (Fig. 5): accept length, and the metric (named, 0-100)
+    where the domain has one; points above the diagonal improved."""
+    panels = [("accept", "accept length")]
+    panels += [("metric", f"{metric_name} (0-100)")] if frame["metric_dense"].notna().any() else []
     fig = new_figure(4.2 * len(panels), 4.0)
     for ax, (column, label) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
         x, y = frame[f"{column}_dense"], frame[f"{column}_tss"]

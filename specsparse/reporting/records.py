@@ -8,13 +8,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from specsparse.config_map import load_config_map
@@ -89,18 +87,6 @@ class JobRecord:
         if not finished and self.directory is not None:
             finished = str((self.directory / "summary.json").stat().st_mtime)
         return str(finished)
-
-
-def read_measurements(path: str | os.PathLike) -> pd.DataFrame | None:
-    """A job's measurements.csv as a DataFrame (metric NaN where undefined), or None if missing."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    frame = pd.read_csv(path)
-    for column in ("early_stopped", "feasible", "pareto", "selected"):
-        if column in frame:
-            frame[column] = frame[column].astype(str).str.lower().eq("true")
-    return frame
 
 
 def latest(records: Iterable[JobRecord], *keys: str) -> dict[tuple, JobRecord]:

@@ -16,6 +16,7 @@ and its router is scored on the held-out prompts.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -25,12 +26,13 @@ from typing import Any
 import pandas as pd
 
 from specsparse.config_map import ConfigMap, serving_plan, write_config_map
+from specsparse.jobs.figures import plot_pareto, read_measurements
 from specsparse.jobs.outputs import upgrade_summary
+from specsparse.jobs.result import with_interval_lists
 from specsparse.reporting.ablation import plot_ablation, single_layer_ablation
 from specsparse.reporting.figures import (
     dense_accept_lengths,
     plot_dense_accept,
-    plot_pareto,
     plot_samples,
     plot_vocab_coverage,
 )
@@ -43,7 +45,7 @@ from specsparse.reporting.formatting import (
     to_markdown,
     write_table,
 )
-from specsparse.reporting.records import JobRecord, ReportError, latest, read_measurements, tss_jobs
+from specsparse.reporting.records import JobRecord, ReportError, latest, tss_jobs
 from specsparse.reporting.tables import (
     IN_DOMAIN,
     TABLE1_COLUMNS,
@@ -57,7 +59,7 @@ from specsparse.reporting.tables import (
 )
 from specsparse.search import STRATEGY_NAMES
 from specsparse.study.store import ResultsStore
-from specsparse.util import atomic_write_text, first_line, strict_json
+from specsparse.util import atomic_write_text, first_line, folder_problem, strict_json
 
 
 # -- finding jobs ----------------------------------------------------------------------------------
@@ -90,6 +92,9 @@ def _read_json(file: Path) -> Any:
         raise ReportError(f"{file}: unreadable ({first_line(err)}): rerun its job, or leave its folder out") from None
 
 
+log = logging.getLogger(__name__)
+
+
 def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
     """Jobs from W&B runs of `entity/project` (their summaries are the jobs' summary.json)."""
     from specsparse.reporting.wandb_logger import has_api_key, import_wandb  # noqa: PLC0415
@@ -103,7 +108,7 @@ def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
         summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
         if "domain" not in summary or "strategy" not in summary:
             continue
-        summary = upgrade_summary(json.loads(strict_json(summary)))
+        summary = upgrade_summary(with_interval_lists(json.loads(strict_json(summary))))
         reproduce = {"model": summary.get("model"), "num_layers": summary.get("num_layers"),
                      "finished": str(run.created_at)}
         records.append(JobRecord(summary, None, reproduce, source=f"wandb:{run.path}"))
@@ -181,8 +186,9 @@ def build_report(
     mixed_stream: test prompts per domain for Table 1's mixed-stream row (runs the model now), routed
     as serving routes the merged map (held picks only unless `serve_inconclusive`)."""
     out = _checked_out_dir(records, out_dir, stores, strategy)
-    out.mkdir(parents=True, exist_ok=True)
     frames = {table.name: table.build(records, strategy) for table in TABLES}
+    store_frames = _store_frames(records, stores) if plots else {}  # a damaged row stops here, before any file
+    out.mkdir(parents=True, exist_ok=True)
     if mixed_stream:
         row = mixed_stream_row(records, merged_config_map(records, strategy), mixed_stream, strategy, progress,
                                serve_inconclusive)
@@ -193,7 +199,7 @@ def build_report(
         sections += _write_table(table, frames[table.name], out, written)
     if plots:
         sections += _job_figures(records, strategy, out, written)
-        sections += _store_figures(records, stores, out, written)
+        sections += _store_figures(store_frames, out, written)
     if merge_config_map is not None:
         merged = merged_config_map(records, strategy)
         paths = list(write_config_map(merge_config_map, merged))
@@ -220,8 +226,8 @@ def _checked_out_dir(records: Sequence[JobRecord], out_dir: str | os.PathLike, s
             raise ReportError(f"--store {store}: no such results store file")
         ResultsStore(store).close()  # a damaged or foreign file: StoreError
     out = Path(out_dir)
-    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
-        raise ReportError(f"--out {out}: a file is in the way; give a folder (created if missing)")
+    if (problem := folder_problem(out)) is not None:
+        raise ReportError(f"--out {out}: {problem}; give a folder you can write (created if missing)")
     return out
 
 
@@ -257,7 +263,8 @@ def _job_figures(records: Sequence[JobRecord], strategy: str, out: Path, written
         samples = record.directory / "samples.jsonl" if record.directory else None
         if samples is not None and samples.is_file():
             frame = pd.read_json(samples, lines=True, dtype={"metric_dense": float, "metric_tss": float})
-            written["samples"].append(plot_samples(frame, domain, out / f"samples_{stem}.png"))
+            metric_name = (record.summary.get("metric") or {}).get("name") or "task metric"
+            written["samples"].append(plot_samples(frame, domain, out / f"samples_{stem}.png", metric_name))
     sections = []
     for key, heading in (("pareto", "Pareto fronts"), ("samples", "Per test prompt, dense vs TSS"),
                          ("vocab_coverage", "Draft vocabulary: coverage, modeled latency reduction and the objective vs k")):
@@ -266,15 +273,24 @@ def _job_figures(records: Sequence[JobRecord], strategy: str, out: Path, written
     return sections
 
 
-def _store_figures(records: Sequence[JobRecord], stores: Iterable[str | os.PathLike], out: Path,
-                   written: dict[str, list[Path]]) -> list[str]:
-    """`STORE_FIGURES` from the given stores and the jobs' own, each with its data as CSV."""
-    stores = list(dict.fromkeys(
-        [str(Path(s).resolve()) for s in stores] + [r.reproduce["store"] for r in records if r.reproduce.get("store")]
-    ))
+def _store_frames(records: Sequence[JobRecord], stores: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+    """The data of each of `STORE_FIGURES` from the given stores and the jobs' own (a job's store that is
+    gone is left out, with a warning; a damaged row is a StoreError)."""
+    named = [str(Path(s).resolve()) for s in stores]
+    own = list(dict.fromkeys(r.reproduce["store"] for r in records if r.reproduce.get("store")))
+    for path in own:
+        if not Path(path).is_file():
+            log.warning("report: results store %s (named by the jobs' reproduce.json) is gone: the store's figures "
+                        "leave it out (pass it with --store where it moved)", path)
+    paths = list(dict.fromkeys(named + [p for p in own if Path(p).is_file()]))
+    return {key: collect(paths) for key, collect, *_ in STORE_FIGURES}
+
+
+def _store_figures(frames: dict[str, pd.DataFrame], out: Path, written: dict[str, list[Path]]) -> list[str]:
+    """`STORE_FIGURES` drawn from their data (`_store_frames`), each with its data as CSV."""
     sections = []
-    for key, collect, stem, plot, title, heading in STORE_FIGURES:
-        frame = collect(stores)
+    for key, _, stem, plot, title, heading in STORE_FIGURES:
+        frame = frames[key]
         written[key] = []
         if frame.empty:
             continue

@@ -2,10 +2,11 @@
 
 One W&B run per job, grouped by its sweep, with a unique name (`run_identity`) and tags model / drafter /
 domain / search / experiment. It logs every measurement as it arrives (`on_told`, the `run_job`
-callback), then the measured configurations and the Pareto front as tables, an accept-length-vs-metric
-scatter plot (cost as colour), the domain config map as an artifact (`artifact_name`: one per model,
-domain and strategy), and the job's final numbers in `run.summary` (the same dict as summary.json plus
-model, num_layers and wandb_group, which is what `specsparse report --wandb` reads back).
+callback), then the measured configurations and the Pareto front as tables, the job's own figures
+(pareto.png, speedup.png: `specsparse.jobs.figures`) as images, the domain config map as an artifact (`artifact_name`: one per model,
+domain and strategy), and the job's final numbers in `run.summary` (the same dict as summary.json, each interval's point
+as a scalar beside its `_low` / `_high` so W&B can sort and chart it, plus model, num_layers and
+wandb_group; `specsparse report --wandb` reads it back).
 
 Modes: "offline" (default: files under <job dir>/wandb/offline-run-*, upload later with `wandb sync`),
 "online" (needs an API key: `wandb login` or WANDB_API_KEY), "disabled". Logging never blocks or
@@ -238,8 +239,8 @@ class WandbLogger:
             self._safe(self.run.config.update, {"cost_profile": json.loads(strict_json(cost_profile))})
         wandb = import_wandb()
 
-        from specsparse.reporting.figures import plot_pareto  # noqa: PLC0415
-        from specsparse.reporting.records import read_measurements  # noqa: PLC0415
+        from specsparse.jobs.figures import read_measurements  # noqa: PLC0415
+        from specsparse.jobs.result import with_scalar_points  # noqa: PLC0415
 
         out = Path(job.output_dir)
         summary = job.summary()
@@ -255,8 +256,9 @@ class WandbLogger:
             payload["measurements"] = wandb.Table(columns=columns, data=rows)
             front = [r for r in rows if r[columns.index("pareto")]]
             payload["pareto_front"] = wandb.Table(columns=columns, data=front)
-            png = plot_pareto(frame, f"{summary['domain']} ({summary['strategy']})", out / "pareto.png")
-            payload["pareto_plot"] = wandb.Image(str(png))
+        for key, png in (("pareto_plot", out / "pareto.png"), ("speedup_plot", out / "speedup.png")):  # the job drew them
+            if png.is_file():
+                payload[key] = wandb.Image(str(png))
         if job.vocab_comparison is not None:  # the draft heads timed side by side, one row each
             names = ["method", *COMPARISON_COLUMNS]
             table = [[json.dumps(row[c]) if isinstance(row[c], list) else row[c] for c in names]
@@ -276,7 +278,7 @@ class WandbLogger:
                 self.run.log_artifact(artifact)
 
             self._safe(log_artifact)
-        self._safe(self.run.summary.update, json.loads(strict_json(summary)))
+        self._safe(self.run.summary.update, json.loads(strict_json(with_scalar_points(summary))))
 
     def _safe(self, fn: Any, *args: Any) -> None:
         try:

@@ -1,6 +1,7 @@
 """A W&B Report of a sweep, built with wandb-workspaces: the report's tables as Markdown blocks, then
-per domain a panel grid over that domain's runs with the Pareto front table, the Pareto plot, every
-measured configuration, and accept length against measured speedup.
+per domain a panel grid over that domain's runs with the Pareto front table, the jobs' speedup and Pareto
+figures, every measured configuration, accept length against the measured speedup over plain decoding,
+and that speedup on the calibration split (what a sweep chose by) against the test split (held out).
 
     specsparse report outputs/multirun/<date> --publish ENTITY/PROJECT
 
@@ -58,10 +59,12 @@ def report_definition(
             {"type": "PanelGrid", "runset": {"name": domain, "filters": runset_filters(domain, groups)},
              "panels": [
                  {"type": "WeavePanelSummaryTable", "table_name": "pareto_front"},
-                 {"type": "MediaBrowser", "media_keys": ["pareto_plot"]},
+                 {"type": "MediaBrowser", "media_keys": ["speedup_plot", "pareto_plot"]},
                  {"type": "WeavePanelSummaryTable", "table_name": "measurements"},
-                 {"type": "ScatterPlot", "title": "accept length (test) vs measured speedup",
-                  "x": "test.selected.accept_length", "y": "measured_speedup_test"},
+                 {"type": "ScatterPlot", "title": "accept length (test) vs measured speedup over plain decoding",
+                  "x": "test.selected.accept_length", "y": "measured_speedup_test_vs_plain"},
+                 {"type": "ScatterPlot", "title": "measured speedup over plain: calibration (chosen by) vs test (held out)",
+                  "x": "measured_speedup_calibration_vs_plain", "y": "measured_speedup_test_vs_plain"},
              ]},
         ]
     return {"entity": entity, "project": project, "title": title[:128], "description": description, "blocks": blocks}

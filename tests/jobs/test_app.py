@@ -338,6 +338,36 @@ def test_run_py_prints_one_line_and_exits_before_the_model_loads(args, needle, t
     assert not (tmp_path / "out" / "store.sqlite").exists()
 
 
+def test_specsparse_run_runs_a_job_from_the_packaged_conf_anywhere(tmp_path):
+    """`specsparse run` composes the packaged conf (no checkout beside it: cwd is an empty folder) and runs
+    the job `python run.py` would, logging into the job's run.log."""
+    env = {**os.environ, "SPECSPARSE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "specsparse.cli", "run", "model=tiny", "domain.limit=10", "generation.max_new_tokens=6",
+         "tss.max_depth=1", "timing_prompts=2", "progress=false", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "outputs" / "store.sqlite").is_file()
+    assert "held-out verdict" in (tmp_path / "run" / "run.log").read_text()
+    bad = subprocess.run([sys.executable, "-m", "specsparse.cli", "run", "model=tiny", "domain.name=poetry"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "poetry" in bad.stderr
+
+
+def test_the_package_carries_every_config_file():
+    """pyproject's package-data patterns cover each file of specsparse/conf (conf/ of a checkout links there),
+    so an installed specsparse composes what a checkout does."""
+    from fnmatch import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["specsparse"]
+    files = [p.relative_to(ROOT / "specsparse").as_posix() for p in (ROOT / "specsparse" / "conf").rglob("*.yaml")]
+    assert len(files) > 30 and CONF.resolve() == (ROOT / "specsparse" / "conf")
+    assert [f for f in files if not any(fnmatch(f, p) and f.count("/") == p.count("/") for p in patterns)] == []
+
+
 def test_run_py_unknown_group_option_is_hydras_clear_error(tmp_path):
     done = _run_app(["model=gpt5"], tmp_path)
     assert done.returncode != 0

@@ -1,5 +1,6 @@
 """tss.select=measured, the TSS paper's final pick: the (A, M) front's cheapest modeled candidates and
-dense timed side by side on calibration prompts, the lowest measured time per token kept."""
+dense timed side by side on calibration prompts, the lowest measured time per token kept; the calibration
+timing a sweeper's objective reads; and a timing's terms beside the cost model's price of the timed steps."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 import pytest
 
 from specsparse.data import get_domain
-from specsparse.jobs.job import pick_by_timing, run_job
-from specsparse.measuring.evaluation import EvaluationSpec
-from specsparse.measuring.timing import SideBySide
+from specsparse.jobs.config import JobPlan, objective_value
+from specsparse.jobs.job import pick_by_timing, run_job, time_on_calibration
+from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
@@ -32,8 +34,9 @@ def front_result() -> SearchResult:
 
 
 def timed(rates: dict[Candidate, float]) -> SideBySide:
-    labels = tuple(c.label for c in rates)
-    values = list(rates.values())
+    """A calibration timing as the job takes it: plain decoding first, then the candidates."""
+    labels = ("plain", *(c.label for c in rates))
+    values = [9.0, *rates.values()]
     speedups = {f"{labels[j]}/{labels[i]}": [values[j] / values[i]] * 3 for i in range(len(labels)) for j in range(i + 1, len(labels))}
     return SideBySide(labels, tuple(values), speedups, prompts=16)
 
@@ -69,8 +72,58 @@ def test_a_job_with_select_measured_times_its_front_on_calibration_prompts(tmp_p
     assert result.selected.label == fastest
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     assert summary["info"]["measured_selection"] == rows
+    timing = summary["measured_timing_calibration"]  # the same timing, plain decoding beside it
+    assert timing["labels"][:2] == ["plain", "dense"] and timing["prompts"] == 2
+    assert summary["measured_speedup_calibration_vs_plain"] == timing["speedups"][f"{fastest}/plain"] or fastest == "dense"
 
 
 def test_untimed_front_members_stay_alternatives_after_the_timed_ones():
     result = pick_by_timing(front_result(), timed({DENSE: 10.0, A: 11.0, B: 12.0}))  # C was beyond the candidates
     assert result.selected == B and [c for c, _ in result.alternatives] == [A, C]
+
+
+def test_a_sweepers_objective_is_timed_on_calibration_prompts_only(tmp_path, monkeypatch):
+    """objective_timing times plain, dense and the pick on the calibration split: no test prompt enters the
+    figure a sweep chooses by (the test split is timed afterwards, for the held-out verdict only)."""
+    import specsparse.jobs.job as job_module
+
+    timed_ids = []
+
+    def spy(target, domain, examples, *args, **kwargs):
+        timed_ids.append({ex.id for ex in examples})
+        return time_side_by_side(target, domain, examples, *args, **kwargs)
+
+    monkeypatch.setattr(job_module, "time_side_by_side", spy)
+    spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
+                          domain=get_domain("qa", limit=10), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
+    search = Component("specsparse.search.bfs.BFSSearch", {"rule": TSSRule(max_depth=1, max_pool=2)})
+    job = run_job(spec, search, LocalRunner(progress=False), ResultsStore(tmp_path / "store.sqlite"), tmp_path / "job",
+                  timing_prompts=3, progress=False, objective_timing=(None, 1))
+    calibration, test = ({ex.id for ex in spec.domain.load(split)} for split in ("calibration", "test"))
+    objective_ids, test_ids = timed_ids
+    assert objective_ids == calibration and not objective_ids & test and test_ids <= test
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    pick = job.search_result.selected.label
+    assert summary["measured_timing_calibration"]["labels"] == ["plain", *dict.fromkeys(["dense", pick])]
+    point, low, high = summary["measured_speedup_calibration_vs_plain"]
+    assert (summary["measured_speedup_calibration_vs_plain_low"], summary["measured_speedup_calibration_vs_plain_high"]) == (low, high)
+    assert objective_value(JobPlan.objective, summary) == point
+    assert (tmp_path / "job" / "speedup.png").is_file() and (tmp_path / "job" / "pareto.png").is_file()
+
+
+def test_a_timing_splits_each_configurations_time_into_terms_beside_the_models_price(tmp_path):
+    """Measured terms add up to the measured time per token; plain decoding verifies one token per step and
+    drafts nothing, so the model prices it at one one-token forward per token, exactly."""
+    spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
+                          domain=get_domain("qa", limit=10), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
+    evaluator = Evaluator(spec)
+    timing = time_on_calibration(evaluator, [Candidate(), Candidate((1,))], prompts=2, progress=False)
+    assert timing.labels == ("plain", "dense", "skip[1]") and len(timing.terms) == 3
+    for terms in timing.terms:
+        parts = sum(terms[f"{t}_ms_per_token"] for t in ("prefill", "verify", "draft", "other"))
+        assert parts == pytest.approx(terms["ms_per_token"])
+        assert terms["verified_tokens"] == sum((i + 1) * n for i, n in enumerate(terms["chunk_counts"]))
+        assert terms["modeled_ms_per_token"] == pytest.approx(terms["modeled_verify_ms_per_token"] + terms["modeled_draft_ms_per_token"])
+    plain = timing.terms[0]
+    assert plain["steps"] == plain["tokens"] == plain["verified_tokens"] and plain["modeled_draft_ms_per_token"] == 0
+    assert plain["modeled_ms_per_token"] == pytest.approx(1000 * evaluator.profile.verify_time(evaluator.target.num_layers, 1))

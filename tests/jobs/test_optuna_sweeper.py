@@ -20,9 +20,10 @@ from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hydra_plugins.specsparse_optuna_sweeper.optuna_sweeper import OptunaSweeper, search_space
-from specsparse.jobs.config import ConfigError, build_plan, objective_value
+from specsparse.jobs.config import ConfigError, JobPlan, build_plan, objective_value
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = JobPlan.objective
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
 
 
@@ -34,14 +35,32 @@ def plan_for(overrides: list[str], tmp_path: Path):
 
 # -- the objective ---------------------------------------------------------------------------------
 def test_the_objective_is_checked_with_the_plan(tmp_path):
-    assert plan_for(["model=tiny"], tmp_path).objective == "measured_speedup_test_vs_plain"
-    plan = plan_for(["model=tiny", "objective=[measured_speedup_test_vs_plain,job_wall_time_s]"], tmp_path)
-    assert plan.objective == ("measured_speedup_test_vs_plain", "job_wall_time_s")
+    plan = plan_for(["model=tiny"], tmp_path)
+    assert plan.objective == "measured_speedup_calibration_vs_plain" and plan.objective_timing is None  # nothing reads it
+    plan = plan_for(["model=tiny", "objective=[metric_ratio_calibration,job_wall_time_s]"], tmp_path)
+    assert plan.objective == ("metric_ratio_calibration", "job_wall_time_s")
     assert plan_for(["model=tiny", "objective=null"], tmp_path).objective is None
     for bad in ("objective=speed", "objective=[]", "objective=[job_wall_time_s,speed]", "objective=3"):
         with pytest.raises(ConfigError) as info:
             plan_for(["model=tiny", bad], tmp_path)
-        assert str(info.value).startswith("objective=") and "measured_speedup_test_vs_plain" in str(info.value)
+        assert str(info.value).startswith("objective=") and "measured_speedup_calibration_vs_plain" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["measured_speedup_test_vs_plain", "modeled_speedup_test", "measured_speedup_test"])
+def test_an_objective_on_the_test_split_is_refused(tmp_path, key):
+    """A sweep choosing by a test-split figure would tune on the held-out prompts."""
+    with pytest.raises(ConfigError, match=f"objective={key!r} reads the test split.*_calibration"):
+        plan_for(["model=tiny", f"objective={key}"], tmp_path)
+    with pytest.raises(ConfigError, match="reads the test split"):
+        plan_for(["model=tiny", f"objective=[job_wall_time_s,{key}]"], tmp_path)
+
+
+def test_a_read_objective_times_the_calibration_split_only_when_measured(tmp_path):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = OmegaConf.to_container(compose("config", overrides=["model=tiny"]), resolve=True)
+    assert build_plan(config, output_dir=tmp_path, cwd=tmp_path, objective_read=True).objective_timing == (None, 2)
+    ratio = {**config, "objective": "metric_ratio_calibration"}  # read from the search's own measurements
+    assert build_plan(ratio, output_dir=tmp_path, cwd=tmp_path, objective_read=True).objective_timing is None
 
 
 def test_the_objective_value_of_a_summary():
@@ -216,7 +235,7 @@ def test_run_py_sweeps_with_optuna(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
-         "model=tiny", "domain=qa", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=2",
+         "model=tiny", "domain=qa", "domain.limit=10", "generation.max_new_tokens=8", "timing_prompts=3",
          "progress=false", "tss.max_depth=choice(1,2)", f"paths.outputs={out}", f"hydra.sweep.dir={out / 'sweep'}"],
         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600,
     )
@@ -226,7 +245,11 @@ def test_run_py_sweeps_with_optuna(tmp_path):
     for trial in results["trials"]:
         [job] = (out / "sweep").glob(f"{trial['number']}_qa_bfs")
         summary = json.loads((job / "summary.json").read_text())
-        assert trial["failed"] is None and trial["values"] == [objective_value("measured_speedup_test_vs_plain", summary)]
+        value = summary["measured_speedup_calibration_vs_plain"][0]  # the objective: timed on calibration prompts
+        assert trial["failed"] is None and trial["values"] == [value] == [objective_value(DEFAULT, summary)]
+        timing = summary["measured_timing_calibration"]
+        assert timing["prompts"] == 2 and timing["labels"][:2] == ["plain", "dense"]  # domain.limit=10: 2 calibration
+        assert summary["measured_timing_test"]["prompts"] == 3  # the held-out check, for the trial's pick only
         assert "logger: wandb (offline)" in (job / "run.log").read_text()
         values.append(trial["values"][0])
     assert len(values) == 2 and results["best_value"] == max(values) > 0

@@ -4,6 +4,7 @@ blocks a job: no key means offline, and a failing W&B means no W&B."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -18,6 +19,7 @@ from omegaconf import OmegaConf
 
 from specsparse.jobs.config import build_plan
 from specsparse.jobs.job import run_plan
+from specsparse.jobs.result import with_interval_lists, with_scalar_points
 from specsparse.reporting.records import JobRecord
 from specsparse.reporting.wandb_logger import WandbLogger, artifact_name, has_api_key, run_identity
 from specsparse.reporting.wandb_report import job_group, report_definition, runset_filters, to_wandb_report
@@ -61,8 +63,14 @@ def test_offline_run_is_written_under_the_job_folder(tmp_path):
     assert "cost_profile" in config_keys  # the profile that priced the search, as in reproduce.json
 
     assert list(runs[0].glob("files/media/images/pareto_plot_*.png"))
-    assert (tmp_path / "job" / "pareto.png").is_file()
-    assert job.summary()["domain"] == "qa"
+    assert list(runs[0].glob("files/media/images/speedup_plot_*.png"))
+    assert (tmp_path / "job" / "pareto.png").is_file() and (tmp_path / "job" / "speedup.png").is_file()
+    summary = job.summary()
+    values = {u.key: json.loads(u.value_json) for r in records if r.WhichOneof("record_type") == "summary"
+              for u in r.summary.update if u.key}
+    point, low, high = summary["measured_speedup_dense_vs_plain"]  # a number W&B can chart, its bounds beside it
+    assert [values[f"measured_speedup_dense_vs_plain{end}"] for end in ("", "_low", "_high")] == pytest.approx([point, low, high])
+    assert with_interval_lists(with_scalar_points(summary)) == summary  # what `report --wandb` reads back
 
 
 def test_online_without_a_key_falls_back_to_offline(tmp_path, monkeypatch, caplog):

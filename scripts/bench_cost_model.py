@@ -51,9 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     lines = [f"model {args.model}, {args.domain}, drafter {args.drafter}, {timing.prompts} test prompts x {args.repeats}; "
              f"{(time.time() - started) / 60:.1f} min; load average {'/'.join(f'{x:.2f}' for x in load_start)} at start, "
              f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} at end", "",
-             "| configuration | accept length | ms/token | modeled | modeled / measured | prefill | verify | modeled verify "
-             "| draft | modeled draft | other | over dense [95% CI] | modeled over dense | over dense without prefill |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| configuration | accept length | ms/token | modeled | modeled / measured | prefill | modeled prefill | verify "
+             "| modeled verify | draft | modeled draft | other | over dense [95% CI] | modeled over dense "
+             "| over dense without prefill |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for index, label in enumerate(timing.labels):
         t = terms[label]
         over = timing.speedup(label, "dense") if label not in ("dense", "plain") else None
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         lines.append(
             f"| {label} | {timing.accept_lengths[index]:.2f} | {t['ms_per_token']:.2f} | {t['modeled_ms_per_token']:.2f} | "
             f"{t['modeled_ms_per_token'] / t['ms_per_token']:.2f} | {t['prefill_ms_per_token']:.2f} | "
+            f"{t['modeled_prefill_ms_per_token']:.2f} | "
             f"{t['verify_ms_per_token']:.2f} | {t['modeled_verify_ms_per_token']:.2f} | {t['draft_ms_per_token']:.2f} | "
             f"{t['modeled_draft_ms_per_token']:.2f} | {t['other_ms_per_token']:.2f} | "
             f"{'-' if over is None else f'{over[0]:.2f}x [{over[1]:.2f}-{over[2]:.2f}]'} | "

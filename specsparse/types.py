@@ -66,6 +66,7 @@ class GenerationResult:
     verify_time_s: float = 0.0
     wall_time_s: float = 0.0
     prefill_time_s: float = 0.0
+    prefill_tokens: int = 0  # prompt tokens prefilled before the first verification (the prompt less its last token)
 
     @property
     def new_tokens(self) -> int:
@@ -111,7 +112,8 @@ class Measurement:
         side-by-side timing (`specsparse.measuring.timing`).
     flops_fraction: analytic share of the dense target's layer FLOPs still active.
     target_forwards / verified_tokens: verification steps, and the target inputs they verified;
-    chunk_counts[i]: the steps that verified i + 1 tokens.
+    chunk_counts[i]: the steps that verified i + 1 tokens; prefills / prefill_tokens: the prompts (turns)
+    prefilled before them, and their tokens, which the cost profile prices too.
     wall_time_s, draft_time_s: what computing this measurement took; a batched pass measures several
         configurations at once and gives each the pass's time, so these are never written out or
         used to decide anything.
@@ -130,6 +132,8 @@ class Measurement:
     per_prompt: tuple[PromptResult, ...] = field(default=(), compare=False)
     verified_tokens: int = 0
     chunk_counts: tuple[int, ...] = ()
+    prefills: int = 0  # requests prefilled (one per prompt turn) and the prompt tokens they prefilled
+    prefill_tokens: int = 0
     modeled_verify_cost: float = 0.0  # modeled seconds per verification step (the paper's selection cost)
 
 

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "specsparse"
 # Lowest first: a package may import itself and those before it, never one after it.
 PACKAGE_ORDER = (
     "specsparse",  # the package's own __init__ (version)
+    "conf",  # the packaged Hydra configuration: YAML only
     "util",
     "types",
     "extras",

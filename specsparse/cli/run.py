@@ -39,8 +39,9 @@ def run_from_config(cfg: DictConfig) -> float | tuple[float, ...] | None:
     from omegaconf import OmegaConf
 
     from specsparse.decoding.models import ModelLoadError
-    from specsparse.jobs.config import ConfigError, build_plan, objective_value
+    from specsparse.jobs.config import ConfigError, build_plan
     from specsparse.jobs.job import JobTerminated, run_plan
+    from specsparse.jobs.objectives import objective_value
     from specsparse.jobs.outputs import results_table
     from specsparse.measuring.profile import ProfileError
     from specsparse.study.runners import RunnerError
@@ -158,8 +159,9 @@ def _terminate(signum, frame) -> None:
 
 
 def add_run_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "run", help="run a job or sweep from the packaged conf/ (as `python run.py` in a checkout)",
+    p = subparsers.add_parser(  # no option of its own (prefix_chars): -m, --cfg and --help are Hydra's
+        "run", prefix_chars="\0", add_help=False,
+        help="run a job or sweep from the packaged conf/ (as `python run.py` in a checkout)",
         description="Compose the packaged Hydra config with OVERRIDES and run the job (`-m` for a sweep), exactly as "
                     "`python run.py OVERRIDES` does in a checkout; Hydra's own flags (--cfg job, --help, -m) work too.",
     )

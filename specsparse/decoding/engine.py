@@ -125,6 +125,7 @@ class Request:
         self.eos = set(eos_token_ids) if config.stop_on_eos else set()
         self.generator = torch.Generator().manual_seed(config.seed) if config.temperature > 0 else None
         self.last = int(prompt_ids[-1])
+        self.prefill_tokens = len(prompt_ids) - 1
         self.new_tokens: list[int] = []
         self.accept_lengths: list[int] = []
         self.verified_lengths: list[int] = []  # target inputs per step: 1 + drafted tokens
@@ -212,6 +213,7 @@ class Request:
             new_token_ids=tuple(self.new_tokens),
             accept_lengths=tuple(self.accept_lengths),
             verified_lengths=tuple(self.verified_lengths),
+            prefill_tokens=self.prefill_tokens,
             **timings,
         )
 

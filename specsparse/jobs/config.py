@@ -27,6 +27,7 @@ from typing import Any
 from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
 from specsparse.decoding.drafter import Drafter, PlannedJob
 from specsparse.extras import MissingExtraError, require_installed
+from specsparse.jobs import objectives
 from specsparse.jobs.checks import (
     ConfigError,
     absolute,
@@ -39,7 +40,7 @@ from specsparse.jobs.checks import (
 )
 from specsparse.jobs.data_checks import corpus_entries, domain_spec
 from specsparse.jobs.model_checks import ModelInfo, check_layers, cost_profile, model_info
-from specsparse.jobs.result import DENSE_KEPT
+from specsparse.jobs.objectives import checked_objective, checked_objective_timing
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec
 from specsparse.measuring.evaluation import EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
@@ -71,7 +72,7 @@ class JobPlan:
     progress: bool = True
     experiment: str | None = None
     seed: int = 0
-    objective: str | tuple[str, ...] | None = "measured_speedup_calibration_vs_plain"  # what run.py returns (OBJECTIVES)
+    objective: str | tuple[str, ...] | None = objectives.DEFAULT  # what a sweeper reads (jobs.objectives.OBJECTIVES)
     # (calibration prompts or None for all, repeats): plain, dense and the pick timed on the calibration split
     # for a measured objective that a sweeper reads; None: no such timing (no sweeper reads the objective)
     objective_timing: tuple[int | None, int] | None = None
@@ -145,8 +146,8 @@ def build_plan(
         raise ConfigError(f"paths.store={store} is on a network filesystem ({filesystem}), where SQLite's locking is "
                           "unsafe: keep the results store on the local disk of the node that runs the job "
                           "(paths.store=/local/folder/store.sqlite), and only paths.outputs on the shared folder")
-    objective = _objective(config.get("objective", JobPlan.objective))
-    objective_timing = _objective_timing(config.get("objective_timing") or {})
+    objective = checked_objective(config.get("objective", JobPlan.objective))
+    objective_timing = checked_objective_timing(config.get("objective_timing") or {})
     return JobPlan(
         evaluation=evaluation,
         search=search,
@@ -163,7 +164,7 @@ def build_plan(
         experiment=config.get("experiment_name"),
         seed=seed_option(config, "seed"),
         objective=objective,
-        objective_timing=objective_timing if objective_read and times(objective) else None,
+        objective_timing=objective_timing if objective_read and objectives.timed(objective) else None,
         choices=dict(choices or {}),
         config=dict(config),
         overrides=tuple(overrides),
@@ -403,64 +404,3 @@ def _logger(cfg: Mapping[str, Any] | None) -> Component | None:
         except MissingExtraError:
             return None
     return _component(options, "logger")
-
-
-# summary.json keys a job can return to a Hydra sweeper (a number, or an interval's point estimate), each
-# measured on the calibration split, where the search chose: the test split stays held out. measured_*
-# keys time plain decoding, dense and the pick side by side on calibration prompts (`objective_timing`).
-OBJECTIVES = ("measured_speedup_calibration_vs_plain", "measured_speedup_calibration_vs_dense",
-              "modeled_speedup_calibration", "metric_ratio_calibration", "accept_ratio_calibration",
-              "fidelity_calibration", "job_wall_time_s")
-
-
-def times(objective: str | Sequence[str] | None) -> bool:
-    """Whether an objective needs the calibration split timed side by side."""
-    keys = [] if objective is None else [objective] if isinstance(objective, str) else objective
-    return any(k.startswith("measured_") for k in keys)
-
-
-def _objective(value: Any) -> str | tuple[str, ...] | None:
-    """`objective`: one of OBJECTIVES, a list of them (a multi-objective sweeper), or null."""
-    keys = [value] if isinstance(value, str) else value
-    held_out = [k for k in keys if isinstance(k, str) and "_test" in k] if isinstance(keys, list) else []
-    if held_out:
-        twin = {"measured_speedup_test": "measured_speedup_calibration_vs_dense"}.get(
-            held_out[0], held_out[0].replace("_test", "_calibration"))
-        raise ConfigError(f"objective={value!r} reads the test split, which a sweep choosing by it would no longer "
-                          f"hold out: use {twin if twin in OBJECTIVES else JobPlan.objective} (measured on the "
-                          "calibration split; `report` shows the chosen trial's held-out numbers)")
-    if value is not None and (not isinstance(keys, list) or not keys or any(k not in OBJECTIVES for k in keys)):
-        raise ConfigError(f"objective={value!r}: give a summary.json key ({', '.join(OBJECTIVES)}), a list of "
-                          "them for a multi-objective sweeper, or null")
-    return value if value is None or isinstance(value, str) else tuple(keys)
-
-
-def _objective_timing(cfg: Mapping[str, Any]) -> tuple[int | None, int]:
-    """`objective_timing`: calibration prompts (null: all) and repeats per prompt."""
-    unknown = sorted(set(cfg) - {"prompts", "repeats"})
-    if unknown:
-        raise ConfigError(f"objective_timing: unknown option(s) {unknown}: use prompts, repeats")
-    prompts, repeats = cfg.get("prompts"), cfg.get("repeats", 1)
-    if prompts is not None and (not isinstance(prompts, int) or isinstance(prompts, bool) or prompts < 1):
-        raise ConfigError(f"objective_timing.prompts={prompts!r}: give a positive number of calibration prompts, "
-                          "or null for all")
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise ConfigError(f"objective_timing.repeats={repeats!r}: give a positive number of timings per prompt")
-    return prompts, repeats
-
-
-def objective_value(objective: str | Sequence[str] | None, summary: Mapping[str, Any]) -> Any:
-    """What a job returns to a sweeper: each objective's value in `summary` (an interval's point estimate),
-    a tuple for a list of keys, NaN where the summary has none (a failed trial to a sweeper). Where the
-    search kept dense, the selected configuration's speedups are dense's."""
-    def value(key: str) -> float:
-        number = summary.get(key)
-        if number is None and (summary.get("held_out") or {}).get("verdict") == DENSE_KEPT:
-            number = {"measured_speedup_test_vs_plain": summary.get("measured_speedup_dense_vs_plain"),
-                      "measured_speedup_test": 1.0}.get(key)
-        number = number[0] if isinstance(number, (list, tuple)) else number
-        return float("nan") if number is None else float(number)
-
-    if objective is None:
-        return None
-    return value(objective) if isinstance(objective, str) else tuple(value(k) for k in objective)

@@ -140,19 +140,22 @@ def time_on_calibration(calibration: Evaluator, candidates: list[Candidate], pro
 def with_modeled_terms(timing: SideBySide, evaluator: Evaluator, candidates: list[Candidate | None]) -> SideBySide:
     """`timing` with each configuration's modeled cost beside its measured terms (`candidates` in the
     timing's order, None for plain decoding): the evaluator's cost profile pricing the very steps that were
-    timed (their chunk and token counts), so a gap between `modeled_ms_per_token` and `ms_per_token` is the
-    model's own, not a difference in reply or accept lengths. The model has no prefill term: a timing's
-    `prefill_ms_per_token` is part of the gap."""
+    timed (their prefill, chunk and token counts), so a gap between `modeled_ms_per_token` and `ms_per_token`
+    is the model's own, not a difference in reply or accept lengths."""
     terms = []
     for c, measured in zip(candidates, timing.terms):
         counts = Measurement(accept_length=0.0, metric=None, modeled_cost=0.0, flops_fraction=1.0, modeled_tokens_per_s=0.0,
                              new_tokens=measured["tokens"], target_forwards=measured["steps"], wall_time_s=0.0,
-                             verified_tokens=measured["verified_tokens"], chunk_counts=tuple(measured["chunk_counts"]))
+                             verified_tokens=measured["verified_tokens"], chunk_counts=tuple(measured["chunk_counts"]),
+                             prefills=measured["prefills"], prefill_tokens=measured["prefill_tokens"])
         kept = evaluator.target.num_layers - (0 if c is None else len(c.skip_layers))
         priced = price(counts, evaluator.profile, kept, DraftCost() if c is None else evaluator.draft_cost(c.vocab_size))
-        verify = 1000 * priced.modeled_verify_cost * counts.target_forwards / max(counts.new_tokens, 1)
-        terms.append({**measured, "modeled_ms_per_token": 1000 * priced.modeled_cost, "modeled_verify_ms_per_token": verify,
-                      "modeled_draft_ms_per_token": 1000 * priced.modeled_cost - verify})
+        per_token = 1000 / max(counts.new_tokens, 1)
+        verify = priced.modeled_verify_cost * counts.target_forwards * per_token
+        prefill = evaluator.profile.prefill_time(kept, counts.prefills, counts.prefill_tokens) * per_token
+        terms.append({**measured, "modeled_ms_per_token": 1000 * priced.modeled_cost, "modeled_prefill_ms_per_token": prefill,
+                      "modeled_verify_ms_per_token": verify,
+                      "modeled_draft_ms_per_token": 1000 * priced.modeled_cost - verify - prefill})
     return replace(timing, terms=tuple(terms))
 
 

@@ -205,7 +205,8 @@ def _decode_batched(target, domain, examples, makers, skips, config, batch_size,
             keys = [(c, i) for i in active]
             tokens = [continuations[(skips[c], prompts[key])] for key in keys]
             if prototype is None:
-                replayed = [GenerationResult(t, (1,) * len(t), (1,) * len(t)) for t in tokens]
+                replayed = [GenerationResult(t, (1,) * len(t), (1,) * len(t), prefill_tokens=len(prompts[k]) - 1)
+                            for t, k in zip(tokens, keys)]
             else:
                 replayed = replay(prototype.replay_drafters([prompts[k] for k in keys], tokens, batch_size, skips[c]),
                                   [prompts[k] for k in keys], tokens, config, target.eos_token_ids)
@@ -247,6 +248,8 @@ def _aggregate(target, domain, examples, outcomes, skip, early_stopped, wall_tim
         per_prompt=tuple(per_prompt),
         verified_tokens=sum(chunks),
         chunk_counts=count_chunks(chunks),
+        prefills=len(results),
+        prefill_tokens=sum(r.prefill_tokens for r in results),
     )
 
 

@@ -123,13 +123,16 @@ def load_profile(path: str | os.PathLike, text: str | None = None) -> CostProfil
                            f"profile, or not one): {FIX_FILE}")
     try:
         data.update(single=tuple(float(v) for v in data["single"]), verify=tuple(float(v) for v in data["verify"]),
+                    prefill=tuple(float(v) for v in data["prefill"]),
                     samples=tuple((int(k), int(c), float(t)) for k, c, t in data["samples"]),
+                    prefill_samples=tuple((int(k), int(n), float(t)) for k, n, t in data["prefill_samples"]),
                     load_average=None if data.get("load_average") is None else tuple(data["load_average"]),
                     cpu_share=None if data.get("cpu_share") is None else tuple(float(v) for v in data["cpu_share"]),
                     head_per_row=float(data["head_per_row"]), num_layers=int(data["num_layers"]))
         profile = CostProfile(**data, path=str(path))
-        if len(profile.single) != 2 or len(profile.verify) != 4 or not isinstance(profile.identity, dict):
-            raise ValueError("single needs 2 coefficients, verify 4, identity a mapping")
+        if len(profile.single) != 2 or len(profile.verify) != 4 or len(profile.prefill) != 4 \
+                or not isinstance(profile.identity, dict):
+            raise ValueError("single needs 2 coefficients, verify and prefill 4 each, identity a mapping")
     except (KeyError, TypeError, ValueError) as err:
         raise ProfileError(f"cost profile {path}: malformed ({first_line(err)}): {FIX_FILE}") from None
     return check_profile(profile)
@@ -202,7 +205,7 @@ def profile_record(profile: CostProfile) -> dict[str, Any]:
         "cpu_share": None if profile.cpu_share is None else list(profile.cpu_share),
         "allowed_busy": profile.allowed_busy,
         "identity": dict(profile.identity),
-        "coefficients": {"single": list(profile.single), "verify": list(profile.verify),
+        "coefficients": {"single": list(profile.single), "verify": list(profile.verify), "prefill": list(profile.prefill),
                          "head_per_row": profile.head_per_row, "drafter_step_s": dict(profile.drafter_step_s)},
         "checks": {c.name: c.passed for c in checks},
         "checks_passed": all(c.passed for c in checks),
@@ -276,11 +279,13 @@ def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = STEP
 
 def price(m: Measurement, profile: CostProfile, kept_layers: int, cost: DraftCost) -> Measurement:
     """`m` with `modeled_cost` (s/token), `modeled_tokens_per_s` and `modeled_verify_cost` (s per
-    verification step) from its step counts (`chunk_counts[i]`: steps that verified i + 1 tokens)."""
+    verification step) from its counts: prompts prefilled and their tokens, and its steps
+    (`chunk_counts[i]`: steps that verified i + 1 tokens), what a request timed end to end spends."""
     if m.new_tokens == 0:
         return replace(m, modeled_cost=0.0, modeled_tokens_per_s=0.0, modeled_verify_cost=0.0)
+    prefill = profile.prefill_time(kept_layers, m.prefills, m.prefill_tokens)
     verify = sum(n * profile.verify_time(kept_layers, i + 1) for i, n in enumerate(m.chunk_counts))
     draft = m.target_forwards * cost.per_step + (m.verified_tokens - m.target_forwards) * cost.per_token
-    seconds = (verify + draft) / m.new_tokens
+    seconds = (prefill + verify + draft) / m.new_tokens
     return replace(m, modeled_cost=seconds, modeled_tokens_per_s=1.0 / seconds if seconds > 0 else 0.0,
                    modeled_verify_cost=verify / max(m.target_forwards, 1))

@@ -5,7 +5,9 @@ Searches never decide on a wall-clock timing taken while measuring (a busy machi
 selection). They price a measurement's counts with a profile instead (`specsparse.measuring.profile`
 stores, pins and prices with it):
 
-    time per generated token = (draft time + verify time) / new tokens
+    time per generated token = (prefill time + draft time + verify time) / new tokens
+    prefill time = sum over prompts of p(L, P)       P = prompt tokens prefilled
+    p(L, P)     = e + f*L + P*(g + h*L)              (a forward of the whole prompt: its own regime)
     verify time = sum over steps of t(L, C)          L = kept target layers, C = tokens verified
     t(L, 1)     = a1 + b1*L                          (one token: matrix-vector products)
     t(L, C > 1) = max(t(L, 1), a + b*L + C*(c + d*L))  (matrix-matrix products, a different regime;
@@ -14,7 +16,7 @@ stores, pins and prices with it):
     draft time  = steps * drafter step time + drafted tokens * draft-model time per token
 
 Timing (`measure_unchecked_profile`). Target forwards on a grid of kept-layer counts and chunk lengths,
-at a fixed context length, are timed in interleaved rounds (every cell once per round, so drift hits
+at a fixed context length, and prefills of PREFILL_TOKENS prompt tokens from an empty cache, are timed in interleaved rounds (every cell once per round, so drift hits
 every cell alike), and each cell keeps its fastest repeat: load only ever adds time, so the fastest
 repeat is the least disturbed one, where a median moves as soon as most repeats are slowed. The
 coefficients come from relative non-negative least squares over those cells (every cell counts alike,
@@ -49,9 +51,10 @@ from specsparse.util import content_hash, utc_now
 
 log = logging.getLogger(__name__)
 
-SCHEMA = 2  # 2: fastest-repeat cells, non-negative fit, measured_at and load_average recorded
+SCHEMA = 3  # 2: fastest-repeat cells, non-negative fit, measured_at and load_average recorded; 3: prefill
 CHUNKS = (1, 2, 4, 6, 8)
 CONTEXT = 128
+PREFILL_TOKENS = (64, 256)  # prompt lengths whose prefill is timed (the verify chunks stop at 8 tokens)
 # A small, fast model gets more timing rounds than `repeats`, up to this many seconds of timing (at most
 # MAX_ROUNDS): its cells last about a scheduler time slice, and the fastest repeat needs more chances to
 # land in a quiet moment.
@@ -75,7 +78,9 @@ class CostProfile:
     single: tuple[float, float]  # (a1, b1), seconds: one-token forwards (see the module docstring)
     verify: tuple[float, float, float, float]  # (a, b, c, d), seconds: forwards of two or more tokens
     head_per_row: float  # seconds per LM-head row for one token
+    prefill: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # (e, f, g, h), seconds: a prompt's prefill
     samples: tuple[tuple[int, int, float], ...] = ()  # (kept layers, chunk, fastest seconds)
+    prefill_samples: tuple[tuple[int, int, float], ...] = ()  # (kept layers, prompt tokens, fastest seconds)
     drafter_step_s: dict[str, float] = field(default_factory=dict)
     measured_at: str | None = None  # UTC, when the timing started
     load_average: tuple[float, float, float] | None = None  # os.getloadavg() then
@@ -91,6 +96,11 @@ class CostProfile:
             return one
         a, b, c, d = self.verify
         return max(one, a + b * kept_layers + chunk * (c + d * kept_layers))
+
+    def prefill_time(self, kept_layers: int, prefills: int, tokens: int) -> float:
+        """Seconds of `prefills` prefills of `tokens` prompt tokens in all, under `kept_layers`."""
+        e, f, g, h = self.prefill
+        return prefills * (e + f * kept_layers) + tokens * (g + h * kept_layers)
 
     def head_time(self, rows: int) -> float:
         return self.head_per_row * rows
@@ -128,6 +138,7 @@ class Check:
 def profile_checks(profile: CostProfile) -> list[Check]:
     """Every check a profile must pass before it prices anything (see the module docstring)."""
     coefficients = {"a1": profile.single[0], "b1": profile.single[1], **dict(zip("abcd", profile.verify)),
+                    **dict(zip("efgh", profile.prefill)),
                     "head_per_row": profile.head_per_row,
                     **{f"drafter_step_s[{k}]": v for k, v in profile.drafter_step_s.items()}}
     negative = [f"{name}={value:.3g}" for name, value in coefficients.items() if not value >= 0]  # NaN too
@@ -137,7 +148,9 @@ def profile_checks(profile: CostProfile) -> list[Check]:
     not_positive = [(k, c) for (k, c), v in t.items() if not v > 0]
     by_kept = [(c, fall) for c in chunks if (fall := _fall([(k, t[k, c]) for k in kept]))]
     by_chunk = [(k, fall) for k in kept if (fall := _fall([(c, t[k, c]) for c in chunks]))]
-    errors = sorted(abs(profile.verify_time(k, c) - s) / max(s, RESIDUAL_FLOOR_S) for k, c, s in profile.samples if s > 0)
+    errors = sorted([abs(profile.verify_time(k, c) - s) / max(s, RESIDUAL_FLOOR_S) for k, c, s in profile.samples if s > 0]
+                    + [abs(profile.prefill_time(k, 1, n) - s) / max(s, RESIDUAL_FLOOR_S)
+                       for k, n, s in profile.prefill_samples if s > 0])
     fits = bool(errors) and errors[len(errors) // 2] <= RESIDUAL_MEDIAN and errors[-1] <= RESIDUAL_MAX
 
     def fall_detail(falls: list, what: str, at: str) -> str:
@@ -175,13 +188,21 @@ def fastest_repeat(repeats: Sequence[float]) -> float:
     return min(repeats)
 
 
-def fit_timings(times: Mapping[tuple[int, int], Sequence[float]]) -> dict[str, Any]:
-    """The verify model fitted to raw timings {(kept layers, chunk): seconds of each repeat}: the
-    CostProfile fields `single`, `verify` and `samples`. Pure: nothing is timed here."""
+def fit_timings(times: Mapping[tuple[int, int], Sequence[float]],
+                prefills: Mapping[tuple[int, int], Sequence[float]] | None = None) -> dict[str, Any]:
+    """The cost model fitted to raw timings {(kept layers, chunk): seconds of each repeat} and, when
+    given, prefill timings {(kept layers, prompt tokens): seconds}: the CostProfile fields `single`,
+    `verify`, `samples`, `prefill` and `prefill_samples`. Pure: nothing is timed here."""
     cells = [(k, c, fastest_repeat(t)) for (k, c), t in sorted(times.items())]
     single = _fit([(k, t) for k, c, t in cells if c == 1], lambda k: [1.0, k])
-    chunked = _fit([((k, c), t) for k, c, t in cells if c > 1], lambda kc: [1.0, kc[0], kc[1], kc[0] * kc[1]])
-    return {"single": single, "verify": chunked, "samples": tuple((int(k), int(c), float(t)) for k, c, t in cells)}
+    bilinear = lambda kc: [1.0, kc[0], kc[1], kc[0] * kc[1]]  # noqa: E731
+    chunked = _fit([((k, c), t) for k, c, t in cells if c > 1], bilinear)
+    fitted = {"single": single, "verify": chunked, "samples": tuple((int(k), int(c), float(t)) for k, c, t in cells)}
+    if prefills:
+        prefill_cells = [(k, n, fastest_repeat(t)) for (k, n), t in sorted(prefills.items())]
+        fitted.update(prefill=_fit([((k, n), t) for k, n, t in prefill_cells], bilinear),
+                      prefill_samples=tuple((int(k), int(n), float(t)) for k, n, t in prefill_cells))
+    return fitted
 
 
 def _fit(cells: Sequence[tuple[Any, float]], features: Callable[[Any], list[float]]) -> tuple[float, ...]:
@@ -228,6 +249,9 @@ def measure_unchecked_profile(model: PreTrainedModel, repeats: int = 7, seed: in
             session.prefill(context)
         sessions[num_layers - len(skip)] = session
     times: dict[tuple[int, int], list[float]] = {(k, c): [] for k in sessions for c in CHUNKS}
+    prompt = torch.randint(0, vocab, (max(PREFILL_TOKENS),), generator=generator).tolist()
+    empty = {kept: ModelSession(model, session.skip_layers) for kept, session in sessions.items()}
+    prefills: dict[tuple[int, int], list[float]] = {(k, n): [] for k in sessions for n in PREFILL_TOKENS}
 
     def one_round() -> float:
         for (kept, chunk), samples in times.items():  # interleaved: drift hits every cell alike
@@ -236,11 +260,16 @@ def measure_unchecked_profile(model: PreTrainedModel, repeats: int = 7, seed: in
             session.forward(context[:chunk])
             samples.append(time.perf_counter() - start)
             session.rollback(CONTEXT)
-        return sum(samples[-1] for samples in times.values())
+        for (kept, tokens), samples in prefills.items():  # a prompt's prefill, from an empty cache
+            start = time.perf_counter()
+            empty[kept].prefill(prompt[:tokens])
+            samples.append(time.perf_counter() - start)
+            empty[kept].rollback(0)
+        return sum(samples[-1] for cells in (times, prefills) for samples in cells.values())
 
     with torch.inference_mode():
         warm_up = one_round()
-        for samples in times.values():  # the warm-up round is dropped
+        for samples in (*times.values(), *prefills.values()):  # the warm-up round is dropped
             samples.clear()
         rounds = max(repeats, min(MAX_ROUNDS, math.ceil(MIN_TIMING_S / max(warm_up, 1e-9))))
         for _ in tqdm(range(rounds), desc="cost profile", unit="round", disable=not progress, leave=False):
@@ -254,7 +283,7 @@ def measure_unchecked_profile(model: PreTrainedModel, repeats: int = 7, seed: in
     head_per_row = max((head[1] - head[0]) / (rows[1] - rows[0]), 0.0)
     return CostProfile(
         identity=model_identity(model), num_layers=num_layers, vocab_size=vocab,
-        **fit_timings(times), head_per_row=float(head_per_row),
+        **fit_timings(times, prefills), head_per_row=float(head_per_row),
         measured_at=measured_at, load_average=tuple(round(v, 2) for v in load_average),
     )
 

@@ -37,8 +37,8 @@ class SideBySide:
     per step; latency_s: mean wall time of a request with its 95% interval; same_as_first: prompts whose reply equals the first configuration's token for token.
     terms: per configuration, where its time went, in ms per generated token (`ms_per_token` is their sum:
     prefill, verification forwards, drafting, and the rest of the loop), and the counts the cost profile
-    prices (`steps`, `tokens`, `verified_tokens`, `chunk_counts[i]`: steps that verified i + 1 tokens), over
-    every timed prompt and repeat.
+    prices (`prefills`, `prefill_tokens`, `steps`, `tokens`, `verified_tokens`, `chunk_counts[i]`: steps that
+    verified i + 1 tokens), over every timed prompt and repeat.
     outputs: each configuration's reply token ids per prompt (not written: `as_dict` leaves them out)."""
 
     labels: tuple[str, ...]
@@ -131,7 +131,8 @@ def time_runners(
     if len(runners) < 2:
         raise ValueError("side-by-side timing needs at least two configurations")
     tokens = np.zeros((len(examples), len(runners)))
-    seconds, steps, accepted, draft_seconds, prefill_seconds, verify_seconds = (np.zeros_like(tokens) for _ in range(6))
+    seconds, steps, accepted, draft_seconds, prefill_seconds, verify_seconds, prefill_tokens = (
+        np.zeros_like(tokens) for _ in range(7))
     verified: list[list[int]] = [[] for _ in runners]  # every step's verified length, per configuration
     outputs: list[list[tuple[int, ...]]] = [[() for _ in examples] for _ in runners]
     order = list(range(len(runners)))
@@ -148,6 +149,7 @@ def time_runners(
                     draft_seconds[i, c] += result.draft_time_s
                     prefill_seconds[i, c] += result.prefill_time_s
                     verify_seconds[i, c] += result.verify_time_s
+                    prefill_tokens[i, c] += result.prefill_tokens
                     verified[c] += result.verified_lengths
                     outputs[c][i] = result.new_token_ids
                     bar.update()
@@ -170,17 +172,20 @@ def time_runners(
         latency_s=tuple(latency),
         draft_ms_per_step=tuple(float(d) for d in 1000 * draft_seconds.sum(0) / total_steps),
         same_as_first=tuple(sum(o == first for o, first in zip(out, outputs[0])) for out in outputs),
-        terms=tuple(_terms(*(a[:, c].sum() for a in (tokens, seconds, prefill_seconds, verify_seconds, draft_seconds)),
-                           verified[c]) for c in range(len(runners))),
+        terms=tuple(_terms(*(a[:, c].sum() for a in (tokens, seconds, prefill_seconds, verify_seconds, draft_seconds,
+                                                      prefill_tokens)), len(examples) * repeats, verified[c])
+                    for c in range(len(runners))),
         outputs=tuple(tuple(out) for out in outputs),
     )
 
 
-def _terms(tokens: float, seconds: float, prefill: float, verify: float, draft: float, verified: list[int]) -> dict:
+def _terms(tokens: float, seconds: float, prefill: float, verify: float, draft: float, prefill_tokens: float,
+           prefills: int, verified: list[int]) -> dict:
     """One configuration's time by term, in ms per generated token, and the counts that price it."""
     per_token = 1000 / max(tokens, 1)
     return {"ms_per_token": seconds * per_token, "prefill_ms_per_token": prefill * per_token,
             "verify_ms_per_token": verify * per_token, "draft_ms_per_token": draft * per_token,
             "other_ms_per_token": (seconds - prefill - verify - draft) * per_token,
-            "tokens": int(tokens), "steps": len(verified), "verified_tokens": sum(verified),
+            "tokens": int(tokens), "steps": len(verified), "verified_tokens": sum(verified), "prefills": prefills,
+            "prefill_tokens": int(prefill_tokens),
             "chunk_counts": [verified.count(n) for n in range(1, max(verified, default=0) + 1)]}

@@ -75,7 +75,7 @@ class JobRecord:
     @property
     def objective(self) -> tuple[str, float] | None:
         """(objective key, the value the job returned to its sweeper), or None without one."""
-        from specsparse.jobs.config import objective_value  # noqa: PLC0415
+        from specsparse.jobs.objectives import objective_value  # noqa: PLC0415
 
         key = (self.reproduce.get("config") or {}).get("objective")
         return (key, objective_value(key, self.summary)) if isinstance(key, str) else None

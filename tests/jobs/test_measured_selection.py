@@ -9,8 +9,9 @@ import json
 import pytest
 
 from specsparse.data import get_domain
-from specsparse.jobs.config import JobPlan, objective_value
+from specsparse.jobs.config import JobPlan
 from specsparse.jobs.job import pick_by_timing, run_job, time_on_calibration
+from specsparse.jobs.objectives import objective_value
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
@@ -113,7 +114,7 @@ def test_a_sweepers_objective_is_timed_on_calibration_prompts_only(tmp_path, mon
 
 def test_a_timing_splits_each_configurations_time_into_terms_beside_the_models_price(tmp_path):
     """Measured terms add up to the measured time per token; plain decoding verifies one token per step and
-    drafts nothing, so the model prices it at one one-token forward per token, exactly."""
+    drafts nothing, so the model prices it at one one-token forward per token plus its prompts' prefill."""
     spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
                           domain=get_domain("qa", limit=10), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
     evaluator = Evaluator(spec)
@@ -123,7 +124,10 @@ def test_a_timing_splits_each_configurations_time_into_terms_beside_the_models_p
         parts = sum(terms[f"{t}_ms_per_token"] for t in ("prefill", "verify", "draft", "other"))
         assert parts == pytest.approx(terms["ms_per_token"])
         assert terms["verified_tokens"] == sum((i + 1) * n for i, n in enumerate(terms["chunk_counts"]))
-        assert terms["modeled_ms_per_token"] == pytest.approx(terms["modeled_verify_ms_per_token"] + terms["modeled_draft_ms_per_token"])
-    plain = timing.terms[0]
-    assert plain["steps"] == plain["tokens"] == plain["verified_tokens"] and plain["modeled_draft_ms_per_token"] == 0
-    assert plain["modeled_ms_per_token"] == pytest.approx(1000 * evaluator.profile.verify_time(evaluator.target.num_layers, 1))
+        assert terms["modeled_ms_per_token"] == pytest.approx(
+            sum(terms[f"modeled_{t}_ms_per_token"] for t in ("prefill", "verify", "draft")))
+        assert terms["prefills"] == 2 and terms["prefill_tokens"] > 2 * 10  # two chat prompts, each past its template
+    plain, profile, layers = timing.terms[0], evaluator.profile, evaluator.target.num_layers
+    assert plain["steps"] == plain["tokens"] == plain["verified_tokens"] and plain["modeled_draft_ms_per_token"] == pytest.approx(0)
+    prefill = profile.prefill_time(layers, plain["prefills"], plain["prefill_tokens"]) / plain["tokens"]
+    assert plain["modeled_ms_per_token"] == pytest.approx(1000 * (profile.verify_time(layers, 1) + prefill))

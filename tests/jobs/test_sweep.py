@@ -4,7 +4,6 @@ included), and every job says which experiment preset shaped it."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import os
@@ -109,9 +108,8 @@ def test_the_callback_writes_the_table_and_exits_2_when_a_job_failed(sweep_dir, 
 
 
 def test_preset_line():
-    spec = importlib.util.spec_from_file_location("run_app", ROOT / "run.py")
-    run_app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run_app)
+    from specsparse.cli import run as run_app
+
     assert run_app._preset_line("quickstart", ["domain=qa"]) == (
         "preset: experiment=quickstart (applied by default; `~experiment` runs the full-size settings)")
     assert run_app._preset_line("tss_main", ["experiment=tss_main"]) == "preset: experiment=tss_main"

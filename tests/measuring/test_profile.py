@@ -37,6 +37,7 @@ from specsparse.measuring.profile import (
 from specsparse.measuring.profile_fit import (
     CHUNKS,
     MIN_CPU_SHARE,
+    PREFILL_TOKENS,
     CostProfile,
     fit_timings,
     measure_unchecked_profile,
@@ -132,6 +133,27 @@ def test_the_fit_sees_through_load_spikes(seed, spiked, single, verify):
     assert all(later >= earlier * (1 - 1e-9) for earlier, later in zip(costs, costs[1:]))
     assert fitted.verify_time(20, 6) / fitted.verify_time(30, 6) == pytest.approx(
         clean.verify_time(20, 6) / clean.verify_time(30, 6))
+    assert all(check.passed for check in profile_checks(fitted)), profile_checks(fitted)
+
+
+@FAST
+@given(seed=st.integers(0, 2**16), prefill=st.tuples(st.floats(1e-4, 0.02), st.floats(0, 2e-3), st.floats(1e-6, 1e-3),
+                                                      st.floats(0, 1e-4)))
+def test_the_prefill_fit_gives_back_a_known_prompt_cost(seed, prefill):
+    """Prefill timings from a known p(L, P) = e + f*L + P*(g + h*L), some repeats slowed by load: the fit
+    gives back the coefficients, and prices prompts of any length and count by them."""
+    rng = np.random.default_rng(seed)
+    e, f, g, h = prefill
+    verify = {(k, c): [PROFILE.verify_time(k, c)] for k in (1, 10) for c in CHUNKS}
+    timed = {}
+    for kept in (1, 4, 7, 10):
+        for tokens in PREFILL_TOKENS:
+            slow = np.where(rng.random(7) < 0.5, rng.uniform(2, 10, 7), 1.0)
+            slow[rng.integers(7)] = 1.0
+            timed[kept, tokens] = list((e + f * kept + tokens * (g + h * kept)) * slow)
+    fitted = replace(PROFILE, **fit_timings(verify, timed))
+    assert fitted.prefill == pytest.approx(prefill, rel=1e-6, abs=1e-12)
+    assert fitted.prefill_time(7, 3, 900) == pytest.approx(3 * (e + 7 * f) + 900 * (g + 7 * h))
     assert all(check.passed for check in profile_checks(fitted)), profile_checks(fitted)
 
 
@@ -339,6 +361,8 @@ def test_store_hits_are_priced_by_the_pinned_profile_and_recorded(tmp_path):
     pinned.write_text(replace(
         measured_with, single=tuple(2 * v for v in measured_with.single), verify=tuple(2 * v for v in measured_with.verify),
         head_per_row=2 * measured_with.head_per_row, samples=tuple((k, c, 2 * t) for k, c, t in measured_with.samples),
+        prefill=tuple(2 * v for v in measured_with.prefill),
+        prefill_samples=tuple((k, n, 2 * t) for k, n, t in measured_with.prefill_samples),
         drafter_step_s={k: 2 * v for k, v in measured_with.drafter_step_s.items()},
     ).to_json())
     spec = replace(TINY_SPEC, cost_profile=str(pinned))

@@ -338,6 +338,7 @@ def test_run_py_prints_one_line_and_exits_before_the_model_loads(args, needle, t
     assert not (tmp_path / "out" / "store.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_specsparse_run_runs_a_job_from_the_packaged_conf_anywhere(tmp_path):
     """`specsparse run` composes the packaged conf (no checkout beside it: cwd is an empty folder) and runs
     the job `python run.py` would, logging into the job's run.log."""

@@ -16,11 +16,11 @@ stores, pins and prices with it):
     draft time  = steps * drafter step time + drafted tokens * draft-model time per token
 
 Timing (`measure_unchecked_profile`). Target forwards on a grid of kept-layer counts and chunk lengths,
-at a fixed context length, and prefills of PREFILL_TOKENS prompt tokens from an empty cache, are timed in interleaved rounds (every cell once per round, so drift hits
-every cell alike), and each cell keeps its fastest repeat: load only ever adds time, so the fastest
-repeat is the least disturbed one, where a median moves as soon as most repeats are slowed. The
-coefficients come from relative non-negative least squares over those cells (every cell counts alike,
-and no coefficient goes below zero). `fit_timings` is that estimator and fit, a pure function of the
+at a fixed context length, and prefills of PREFILL_TOKENS prompt tokens from an empty cache, are timed
+in interleaved rounds (every cell once per round, so drift hits every cell alike), and each cell keeps
+its fastest repeat: load only ever adds time, so the fastest repeat is the least disturbed one, where a
+median moves as soon as most repeats are slowed. The coefficients come from relative non-negative least
+squares over those cells (every cell counts alike, and no coefficient goes below zero). `fit_timings` is that estimator and fit, a pure function of the
 raw timings.
 
 Checks (`profile_checks`): every coefficient >= 0, every prediction positive, modeled cost never

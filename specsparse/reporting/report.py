@@ -186,8 +186,8 @@ def build_report(
     mixed_stream: test prompts per domain for Table 1's mixed-stream row (runs the model now), routed
     as serving routes the merged map (held picks only unless `serve_inconclusive`)."""
     out = _checked_out_dir(records, out_dir, stores, strategy)
-    frames = {table.name: table.build(records, strategy) for table in TABLES}
     store_frames = _store_frames(records, stores) if plots else {}  # a damaged row stops here, before any file
+    frames = {table.name: table.build(records, strategy) for table in TABLES}
     out.mkdir(parents=True, exist_ok=True)
     if mixed_stream:
         row = mixed_stream_row(records, merged_config_map(records, strategy), mixed_stream, strategy, progress,

@@ -25,9 +25,7 @@ def single_layer_ablation(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
     ignore = {"key", "created", "search", "early_stop_thresholds", "candidate.skip_layers", "candidate.vocab_size",
               *SCALAR_FIELDS}
     groups: dict[tuple, dict[str, Any]] = {}
-    for store_path in stores:
-        if not Path(store_path).is_file():
-            continue
+    for store_path in stores:  # files that exist (`report._store_frames` leaves the rest out)
         with ResultsStore(store_path) as store:
             rows = store.rows(split="calibration")
         for row in rows:

@@ -24,9 +24,7 @@ def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
     from specsparse.study.store import ResultsStore  # noqa: PLC0415 - figures stay importable without sqlite work
 
     latest: dict[tuple[str, str, str], dict] = {}
-    for store_path in stores:
-        if not Path(store_path).is_file():
-            continue
+    for store_path in stores:  # files that exist (`report._store_frames` leaves the rest out)
         with ResultsStore(store_path) as store:
             rows = store.rows(split="calibration", early_stopped=False)
         for row in rows:

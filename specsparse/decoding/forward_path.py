@@ -4,9 +4,11 @@ eager: PyTorch's own `F.linear` on the weights as loaded.
 fast (CPU): every linear map of the decoder layers, the LM head (and the rows of it a trimmed draft
     vocabulary keeps), and a drafter's own layers run as oneDNN matrix products on weights packed
     once, when the model loads, into the kernel's blocked layout (`mkldnn._reorder_linear_weight`,
-    the packing inductor's `freezing` applies to CPU linear layers).
-auto: fast for float32 on a CPU with oneDNN, eager elsewhere (other dtypes; GPUs, where cuBLAS needs
-    no packing).
+    the packing inductor's `freezing` applies to CPU linear layers); decoders of the Llama family run
+    single sequences through the lean decode step (`lean_step.py`). float32, and bfloat16 where the
+    CPU has bfloat16 instructions (oneDNN then multiplies on AVX-512 BF16 / AMX).
+auto: fast for float32 and (where the CPU has them) bfloat16 on a CPU with oneDNN, eager elsewhere
+    (float16; GPUs, where cuBLAS needs no packing).
 
 Why: decoding a small model on a CPU is bound by reading its weights, and a verification of k
 tokens reads them once, as a one-token forward does. Eager PyTorch computes one token with a
@@ -19,12 +21,17 @@ The fast path's outputs equal eager's up to float rounding (the tests compare th
 lossless-decoding invariant runs on the fast path); a near-tie can therefore go either way, so
 measurements record the path that made them.
 
-Everything else (attention, the KV cache, skip sets, token trees, batched rows) is unchanged: the
-packed layers replace `nn.Linear` modules in place, so every caller of the model runs them.
+Maps that read one input are packed as one product (`FusedProjection`): q/k/v of attention and
+gate/up of the MLP. Each map's module becomes a `FusedPart`, a slice of the shared product computed
+once per input, so HF's modules, batched rows and the lean decode step (`lean_step.py`) read one
+packed weight. Everything else (attention, the KV cache, skip sets, token trees, batched rows) is
+unchanged: the packed layers replace `nn.Linear` modules in place, so every caller of the model runs
+them.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -38,6 +45,7 @@ log = logging.getLogger(__name__)
 FORWARD_PATHS = ("auto", "eager", "fast")
 _ATTRIBUTE = "_specsparse_forward_path"  # set on a model whose linear maps run on the fast path
 ROW_HEADS_KEPT = 4  # trimmed heads kept per LM head (`head_rows`)
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class ForwardPathError(ValueError):
@@ -50,14 +58,17 @@ def resolve_forward_path(path: str, device: str, dtype: str) -> str:
     if path not in FORWARD_PATHS:
         raise ForwardPathError(f"forward_path={path!r}: use one of {', '.join(FORWARD_PATHS)}")
     on_cpu = str(device).split(":", 1)[0] == "cpu"
-    can_pack = on_cpu and dtype == "float32" and torch.backends.mkldnn.is_available()
+    has_onednn = torch.backends.mkldnn.is_available()
+    dtype_packs = dtype == "float32" or (dtype == "bfloat16" and has_onednn and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    can_pack = on_cpu and has_onednn and dtype_packs
     if path == "auto":
         return "fast" if can_pack else "eager"
     if path == "fast" and not can_pack:
-        why = (f"device {device!r}" if not on_cpu else f"dtype {dtype}" if dtype != "float32"
-               else "this PyTorch build, which has no oneDNN (mkldnn)")
-        raise ForwardPathError(f"forward_path=fast packs float32 weights for oneDNN's CPU kernels, not for {why}: "
-                               "use forward_path=eager or auto")
+        why = (f"device {device!r}" if not on_cpu else "this PyTorch build, which has no oneDNN (mkldnn)"
+               if not has_onednn else f"dtype {dtype}" + (" on this CPU, which has no bfloat16 instructions"
+                                                          if dtype == "bfloat16" else ""))
+        raise ForwardPathError(f"forward_path=fast packs float32 or bfloat16 weights for oneDNN's CPU kernels, "
+                               f"not for {why}: use forward_path=eager or auto")
     return path
 
 
@@ -86,7 +97,7 @@ class PrepackedLinear(nn.Linear):
 def linear_map(weight: torch.Tensor, fast: bool, bias: torch.Tensor | None = None) -> nn.Linear:
     """x -> x @ weight.T + bias as a frozen linear layer: packed on the fast path, else over `weight`
     itself (no copy). For heads built from rows of a model's LM head (trimmed vocabularies)."""
-    if fast and weight.dtype == torch.float32 and weight.device.type == "cpu":
+    if fast and weight.dtype in PACKED_DTYPES and weight.device.type == "cpu":
         return PrepackedLinear(weight, bias)
     layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
     layer.weight = nn.Parameter(weight.detach(), requires_grad=False)
@@ -115,11 +126,98 @@ def dense_weight(layer: nn.Linear) -> torch.Tensor:
     return layer.weight.to_dense() if layer.weight.is_mkldnn else layer.weight
 
 
+class FusedProjection:
+    """Linear maps of one input packed as one product [x W1^T | x W2^T | ...] (q/k/v, gate/up).
+
+    `__call__` gives the whole product (the lean step splits it); each map's `FusedPart` takes its
+    slice, the product computed once per input: the parts of one projection are called back to back
+    on the same tensor (HF's attention and MLP do), and the product is kept until every part took its
+    slice. The packed weight is a parameter of the first part only, so parameter counts are unchanged.
+    """
+
+    def __init__(self, linears: list[nn.Linear]):
+        biases = [layer.bias for layer in linears]
+        bias = None if all(b is None for b in biases) else torch.cat(
+            [torch.zeros(layer.out_features, dtype=layer.weight.dtype) if b is None else b.detach()
+             for layer, b in zip(linears, biases)])
+        self.linear = PrepackedLinear(torch.cat([dense_weight(layer) for layer in linears]), bias)
+        bounds = [0]
+        for layer in linears:
+            bounds.append(bounds[-1] + layer.out_features)
+        self.slices = [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
+        self._input: torch.Tensor | None = None
+        self._output: torch.Tensor | None = None
+        self._untaken: set[int] = set()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        if x is not self._input or index not in self._untaken:
+            self._input, self._output, self._untaken = x, self.linear(x), set(range(len(self.slices)))
+        self._untaken.discard(index)
+        output = self._output
+        if not self._untaken:
+            self._input = self._output = None
+        return output[..., self.slices[index]]
+
+    def parts(self) -> list[FusedPart]:
+        return [FusedPart(self, index) for index in range(len(self.slices))]
+
+    def __deepcopy__(self, memo: dict) -> FusedProjection:  # a copy packs its own weight
+        copied = memo[id(self)] = copy.copy(self)
+        copied.linear = copy.deepcopy(self.linear, memo)
+        copied._input = copied._output = None
+        copied._untaken = set()
+        return copied
+
+
+class FusedPart(nn.Module):
+    """One linear map of a `FusedProjection`, in place of its `nn.Linear` (its slice of the product)."""
+
+    def __init__(self, projection: FusedProjection, index: int):
+        super().__init__()
+        self.projection = projection
+        self.index = index
+        self.in_features = projection.linear.in_features
+        self.out_features = projection.slices[index].stop - projection.slices[index].start
+        if index == 0:  # the shared packed weight, counted once
+            self.weight = projection.linear.weight
+            self.bias = projection.linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.projection.part(x, self.index)
+
+    def __deepcopy__(self, memo: dict) -> FusedPart:
+        copied = memo[id(self)] = FusedPart(copy.deepcopy(self.projection, memo), self.index)
+        return copied
+
+
+LINEAR_MAPS = (nn.Linear, FusedPart)  # the modules that are linear maps on either path
+
+FUSED_MAPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def fuse_projections(layer: nn.Module) -> dict[str, FusedProjection]:
+    """Pack the maps of `FUSED_MAPS` that `layer` (a decoder layer) has as one product each, in place;
+    returns the projections by block name ("self_attn", "mlp")."""
+    fused = {}
+    for block_name, names in FUSED_MAPS:
+        block = getattr(layer, block_name, None)
+        linears = [getattr(block, name, None) for name in names]
+        if block is None or not all(isinstance(m, nn.Linear) and m.weight.dtype in PACKED_DTYPES for m in linears):
+            continue
+        projection = fused[block_name] = FusedProjection(linears)
+        for name, part in zip(names, projection.parts()):
+            block._modules[name] = part
+    return fused
+
+
 def prepack_linears(module: nn.Module) -> int:
-    """Replace every float32 CPU `nn.Linear` under `module` by its `PrepackedLinear`, in place; returns
-    how many. The originals are dropped: the packed layer holds the only copy of each weight."""
+    """Replace every float32 or bfloat16 CPU `nn.Linear` under `module` by its `PrepackedLinear`, in place;
+    returns how many. The originals are dropped: the packed layer holds the only copy of each weight."""
     swaps = [(parent, name, child) for parent in module.modules() for name, child in parent._modules.items()
-             if type(child) is nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu"]
+             if type(child) is nn.Linear and child.weight.dtype in PACKED_DTYPES and child.weight.device.type == "cpu"]
     for parent, name, child in swaps:
         parent._modules[name] = PrepackedLinear(child.weight, child.bias)
     return len(swaps)
@@ -127,11 +225,13 @@ def prepack_linears(module: nn.Module) -> int:
 
 def use_forward_path(model: nn.Module, path: str) -> None:
     """Put a loaded model on `path` ("eager" or "fast", as `resolve_forward_path` gives it), once, at
-    load. Fast packs every linear map of its decoder layers and a copy of its LM head (which stays as
-    it is where the input embedding shares its weight)."""
+    load. Fast packs every linear map of its decoder layers (q/k/v and gate/up fused) and a copy of its
+    LM head (which stays as it is where the input embedding shares its weight)."""
     if path == "fast":
         start = time.perf_counter()
-        count = prepack_linears(decoder_layers(model))
+        layers = decoder_layers(model)
+        count = sum(len(projection.slices) for layer in layers for projection in fuse_projections(layer).values())
+        count += prepack_linears(layers)
         # In __dict__, not as a submodule: the model's parameters and state dict stay as loaded.
         head = model.get_output_embeddings()
         model.__dict__[_ATTRIBUTE] = PrepackedLinear(head.weight, head.bias)

@@ -1,7 +1,8 @@
 """A model under one skip set with its own KV cache: the unit the engine and LM drafters run.
 
-`ModelSession` holds one sequence; `batched.session.BatchedSession` holds many rows, each at its own
-length and with its own skip set.
+`ModelSession` holds one sequence (run by the lean decode step where the model has one,
+`lean_step.py`); `batched.session.BatchedSession` holds many rows, each at its own length and with
+its own skip set.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specsparse.decoding.forward_path import lm_head
+from specsparse.decoding.lean_step import lean_step_of
 from specsparse.decoding.skipping import FINAL_HIDDEN, SkipAwareCache, skipper_for, validate_skip_layers
 
 
@@ -26,6 +28,7 @@ class ModelSession:
     def __init__(self, model: PreTrainedModel, skip_layers: tuple[int, ...], feature_layers: Sequence[int] = ()):
         self.model = model
         self.skipper = skipper_for(model)
+        self.lean = lean_step_of(model)  # None: HF's modules run the forward
         self.skip_layers = validate_skip_layers(skip_layers, self.skipper.num_layers)
         self.cache = SkipAwareCache(model.config, self.skip_layers)
         self.length = 0  # positions held in the cache
@@ -46,19 +49,25 @@ class ModelSession:
             positions = torch.arange(self.length, self.length + len(token_ids), device=device).unsqueeze(0)
         else:
             positions, mask = self._tree_inputs(parents)
-        with self.skipper.skipping(self.skip_layers), \
-                self.skipper.capturing(self.skip_layers, self.feature_layers) as captured:
-            out = self.skipper.base(input_ids=ids, attention_mask=mask, cache=self.cache, position_ids=positions,
-                                    use_cache=True)
+        if self.lean is not None:
+            hidden, captured = self.lean.hidden_states(ids, positions, self.cache, mask, self.feature_layers)
+        else:
+            if mask is not None and getattr(self.model.config, "_attn_implementation", "sdpa") == "eager":
+                mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=device).masked_fill(
+                    ~mask, torch.finfo(self.model.dtype).min)  # eager attention adds the mask to the scores
+            with self.skipper.skipping(self.skip_layers), \
+                    self.skipper.capturing(self.skip_layers, self.feature_layers) as captured:
+                hidden = self.skipper.base(input_ids=ids, attention_mask=mask, cache=self.cache,
+                                           position_ids=positions, use_cache=True).last_hidden_state
         self.length += len(token_ids)
-        hidden = out.last_hidden_state[0]
+        hidden = hidden[0]
         if self.feature_layers:
             self.features = torch.cat(
                 [hidden if layer == FINAL_HIDDEN else captured[layer][0] for layer in self.feature_layers], dim=-1)
         return hidden
 
     def _tree_inputs(self, parents: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Position ids [1, n] and the attention mask [1, 1, n, context + n] of a token tree."""
+        """Position ids [1, n] and the bool attention mask [1, 1, n, context + n] of a token tree."""
         if self.cache.has_sliding_layers:
             raise ValueError("tree drafts need a model without sliding-window layers: use a chain drafter")
         n = len(parents)
@@ -71,9 +80,6 @@ class ModelSession:
                 sees[i] |= sees[parent]
                 depth[i] = depth[parent] + 1
         visible = torch.cat([torch.ones(n, self.length, dtype=torch.bool), sees], dim=1)[None, None]
-        if getattr(self.model.config, "_attn_implementation", "sdpa") == "eager":  # eager adds the mask to the scores
-            dtype = self.model.dtype
-            visible = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
         positions = (self.length + torch.tensor(depth)).unsqueeze(0)
         return positions.to(self.model.device), visible.to(self.model.device)
 

@@ -100,14 +100,8 @@ class LayerSkipper:
         the first kept layer >= l, or of the final norm when every later layer is skipped.
         `FINAL_HIDDEN` entries are left to the caller (the model's output)."""
         captured: dict[int, torch.Tensor] = {}
-        skipped = set(skip_layers)
-        watchers: dict[nn.Module, list[int]] = {}
-        for layer in feature_layers:
-            if layer == FINAL_HIDDEN:
-                continue
-            first_kept = next((i for i in range(layer, self.num_layers) if i not in skipped), None)
-            module = self.base.norm if first_kept is None else self.all_layers[first_kept]
-            watchers.setdefault(module, []).append(layer)
+        watchers = {self.base.norm if index == self.num_layers else self.all_layers[index]: layers
+                    for index, layers in feature_sources(skip_layers, feature_layers, self.num_layers).items()}
 
         def record(layers):
             def hook(module, args, kwargs):
@@ -123,6 +117,18 @@ class LayerSkipper:
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def feature_sources(skip_layers: tuple[int, ...], feature_layers: Sequence[int], num_layers: int) -> dict[int, list[int]]:
+    """Where each of `feature_layers` (but `FINAL_HIDDEN`) is read in a forward under `skip_layers`: {index
+    of the first kept layer at or after it, whose input it is (`num_layers`: the final norm's): [features]}."""
+    skipped = set(skip_layers)
+    sources: dict[int, list[int]] = {}
+    for layer in feature_layers:
+        if layer != FINAL_HIDDEN:
+            first_kept = next((i for i in range(layer, num_layers) if i not in skipped), num_layers)
+            sources.setdefault(first_kept, []).append(layer)
+    return sources
 
 
 def skipper_for(model: PreTrainedModel) -> LayerSkipper:

@@ -160,19 +160,25 @@ def test_speculation_on_the_fast_path_equals_its_own_greedy_output(models):
             assert speculative_generate(target, prompt, drafter, config, skip).new_token_ids == plain
 
 
-def test_the_forward_path_resolves_per_device_and_dtype():
+def test_the_forward_path_resolves_per_device_and_dtype(monkeypatch):
     assert resolve_forward_path("auto", "cpu", "float32") == "fast"
-    assert resolve_forward_path("auto", "cpu", "bfloat16") == "eager"
+    assert resolve_forward_path("auto", "cpu", "float16") == "eager"
     assert resolve_forward_path("auto", "cuda:0", "float32") == "eager"
     assert resolve_forward_path("eager", "cpu", "float32") == "eager"
     for path, device, dtype, named in (("fast", "cuda", "float32", "device 'cuda'"),
-                                       ("fast", "cpu", "bfloat16", "dtype bfloat16"),
+                                       ("fast", "cpu", "float16", "dtype float16"),
                                        ("compiled", "cpu", "float32", "compiled")):
         with pytest.raises(ForwardPathError, match=named):
             resolve_forward_path(path, device, dtype)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert resolve_forward_path("auto", "cpu", "bfloat16") == "eager"
+    with pytest.raises(ForwardPathError, match="dtype bfloat16 on this CPU, which has no bfloat16 instructions"):
+        resolve_forward_path("fast", "cpu", "bfloat16")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert resolve_forward_path("auto", "cpu", "bfloat16") == "fast"
 
 
 def test_load_model_puts_the_model_on_the_path_it_names():
     assert load_model("tiny").forward_path == "fast"
     assert load_model("tiny", forward_path="eager").forward_path == "eager"
-    assert forward_path_of(load_model("tiny", dtype="bfloat16").model) == "eager"
+    assert forward_path_of(load_model("tiny", dtype="float16").model) == "eager"

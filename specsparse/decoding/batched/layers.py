@@ -118,17 +118,27 @@ class TokenPositions:
         self.index: torch.Tensor | None = None  # flat positions of tokens among the running rows' [rows * width]
         self.size = 0  # rows * width of the running rows
         self._all: tuple[torch.Tensor | None, int] = (None, 0)  # (index, size) of all the forward's rows
+        self._gathered: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)  # (input, its tokens)
 
     def use(self, written: torch.Tensor | None) -> None:
         """A new forward's token mask (None: no packing); all its rows run."""
         self.written = written
         self._all = (None, 0) if written is None else _flat_tokens(written)
         self.index, self.size = self._all
+        self._gathered = (None, None)
 
     def select(self, rows: torch.Tensor | None) -> None:
         """The running rows: all of the forward's (None) or a subset (indices into them)."""
         if self.written is not None:
             self.index, self.size = self._all if rows is None else _flat_tokens(self.written[rows])
+        self._gathered = (None, None)
+
+    def tokens_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The token positions of x [rows, width, features] as [tokens, features]; the same tensor for the
+        same input, so linear maps of one input (q/k/v, a `FusedProjection`) compute their product once."""
+        if x is not self._gathered[0]:
+            self._gathered = (x, x.reshape(-1, x.shape[-1]).index_select(0, self.index))
+        return self._gathered[1]
 
 
 def _flat_tokens(mask: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -136,9 +146,10 @@ def _flat_tokens(mask: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 class PackedLinear(torch.nn.Module):
-    """A linear map computed at the token positions only; padding positions get zeros."""
+    """A linear map (an `nn.Linear` or a `FusedPart`) computed at the token positions only; padding
+    positions get zeros."""
 
-    def __init__(self, linear: torch.nn.Linear, positions: TokenPositions):
+    def __init__(self, linear: torch.nn.Module, positions: TokenPositions):
         super().__init__()
         self.linear = linear
         self.positions = positions
@@ -147,9 +158,8 @@ class PackedLinear(torch.nn.Module):
         index = self.positions.index
         if index is None or x.shape[:-1].numel() != self.positions.size:
             return self.linear(x)
-        flat = x.reshape(-1, x.shape[-1])
-        out = flat.new_zeros(flat.shape[0], self.linear.out_features)
-        out.index_copy_(0, index, self.linear(flat.index_select(0, index)))
+        out = x.new_zeros(self.positions.size, self.linear.out_features)
+        out.index_copy_(0, index, self.linear(self.positions.tokens_of(x)))
         return out.view(*x.shape[:-1], self.linear.out_features)
 
 

@@ -31,7 +31,7 @@ from specsparse.decoding.batched.layers import (
     SharedRowsLayer,
     TokenPositions,
 )
-from specsparse.decoding.forward_path import lm_head
+from specsparse.decoding.forward_path import LINEAR_MAPS, lm_head
 from specsparse.decoding.skipping import skipper_for, validate_skip_layers
 
 PACK_BELOW = 0.9  # linear maps run on token positions only when these are under this share of the padded ones
@@ -60,7 +60,7 @@ class BatchedSession:
         self.pack_below = PACK_BELOW if on_cpu else 0.0
         self.pad_id = 0
         self.positions = TokenPositions()
-        self._linears: list[tuple[torch.nn.Module, str, torch.nn.Linear, PackedLinear]] | None = None
+        self._linears: list[tuple[torch.nn.Module, str, torch.nn.Module, PackedLinear]] | None = None
 
     def forward(
         self, chunks: dict[int, list[int]], all_rows: bool = False, head: torch.nn.Module | None = None
@@ -192,7 +192,7 @@ class BatchedSession:
         if self._linears is None:
             self._linears = [(module, name, child, PackedLinear(child, self.positions))
                              for layer in self.skipper.all_layers for module in layer.modules()
-                             for name, child in module._modules.items() if isinstance(child, torch.nn.Linear)]
+                             for name, child in module._modules.items() if isinstance(child, LINEAR_MAPS)]
         self.positions.use(written)
         for module, name, _, wrapper in self._linears:
             module._modules[name] = wrapper

@@ -146,7 +146,8 @@ class Drafter:
     trims_vocabulary: bool = False
     # `from_target` keywords the job provides (`Evaluator.drafter_factory`): "exclude_ids", the example
     # ids of the job's domain's calibration and test splits, which nothing the drafter learns before
-    # it is measured (a corpus, a warm table, training data) may come from.
+    # it is measured (a corpus, a warm table, training data) may come from; "verification_costs", a
+    # callable giving the cost profile's verification cost by input count over a one-token forward.
     job_context: tuple[str, ...] = ()
     # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
     # final-norm output), or None.

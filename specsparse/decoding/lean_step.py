@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 
 from specsparse.decoding.forward_path import FusedPart, FusedProjection, is_fast
 from specsparse.decoding.skipping import SkipAwareCache, decoder_layers, feature_sources
@@ -37,8 +37,8 @@ FULL_ATTENTION = "full_attention"
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF's Llama RMSNorm: normalised in float32, scaled in the model's dtype."""
     if x.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
-    return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
+        return functional.rms_norm(x, weight.shape, weight, eps)
+    return weight * functional.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
 
 
 def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -109,7 +109,7 @@ class LeanStep:
             hidden = hidden + self._attention(layer, hidden, cos, sin, mask, cache)
             x = _rms_norm(hidden, layer.post_norm, layer.eps)
             gate_up = layer.gate_up(x)
-            hidden = hidden + layer.down_proj(F.silu(gate_up[..., : self.intermediate]) * gate_up[..., self.intermediate :])
+            hidden = hidden + layer.down_proj(functional.silu(gate_up[..., : self.intermediate]) * gate_up[..., self.intermediate :])
         for feature in sources.get(len(self.layers), ()):
             captured[feature] = hidden
         return _rms_norm(hidden, self.final_norm, self.final_eps), captured
@@ -129,7 +129,7 @@ class LeanStep:
             keys = _rotated(_rms_norm(qkv[:, :, layer.heads : layer.heads + layer.kv_heads], layer.k_norm, layer.eps),
                             cos, sin)
         keys, values = cache.layers[layer.index].update(keys.transpose(1, 2), values.transpose(1, 2))
-        out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=mask,
+        out = functional.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=mask,
                                              scale=layer.scaling, enable_gqa=layer.kv_heads != layer.heads)
         return layer.o_proj(out.transpose(1, 2).reshape(1, n, layer.heads * layer.head_dim))
 

@@ -4,7 +4,7 @@ automaton) or in a text corpus (a static one)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -100,16 +100,18 @@ class SuffixAutomatonDrafter(Drafter):
     """
 
     name = "samd"
-    job_context = ("exclude_ids",)
+    job_context = ("exclude_ids", "verification_costs")
 
     @classmethod
     def from_target(
         cls, target, vocab_ids=None, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
-        recycling_tree: Sequence[int] | None = None, recycling_warm_start: bool = False, corpus: Sequence[str] = (),
-        exclude_ids: Sequence[str] = (),
+        recycling_tree: Sequence[int] | str | None = None, recycling_warm_start: bool = False,
+        corpus: Sequence[str] = (), exclude_ids: Sequence[str] = (),
+        verification_costs: Callable[[], Sequence[float]] | None = None,
     ) -> SuffixAutomatonDrafter:
         """SAMD; with `recycling_fallback` (the default) short matches fall back to Token Recycling
-        (drafting the static tree `recycling_tree` when given, from the table the dense target leaves
+        (drafting the static tree `recycling_tree` when given, "sized" by the job's
+        `verification_costs` as `TokenRecyclingDrafter` sizes it, from the table the dense target leaves
         after verifying `corpus` (or the built-in sets without one) with `recycling_warm_start`: see
         `TokenRecyclingDrafter`).
         corpus: entries of the static automaton's texts, as `specsparse.data.corpus` reads them
@@ -121,13 +123,14 @@ class SuffixAutomatonDrafter(Drafter):
 
         fallback = TokenRecyclingDrafter.from_target(
             target, top_k=recycling_top_k, tree=recycling_tree, warm_start=recycling_warm_start,
-            warm_corpus=tuple(corpus) or ("builtin",), exclude_ids=exclude_ids) if recycling_fallback else None
+            warm_corpus=tuple(corpus) or ("builtin",), exclude_ids=exclude_ids,
+            verification_costs=verification_costs) if recycling_fallback else None
         static = corpus_automaton(target.tokenizer, tuple(corpus), tuple(sorted(exclude_ids))) if corpus else None
         return cls(min_match=min_match, fallback=fallback, corpus=static)
 
     @classmethod
     def check_options(cls, min_match: int = 2, recycling_fallback: bool = True, recycling_top_k: int = 8,
-                      recycling_tree: Sequence[int] | None = None, recycling_warm_start: bool = False,
+                      recycling_tree: Sequence[int] | str | None = None, recycling_warm_start: bool = False,
                       corpus: Sequence[str] = ()) -> None:
         """Option values, before anything loads (the corpus entries are checked with the job's paths)."""
         from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415

@@ -31,6 +31,9 @@ from specsparse.util import content_hash
 
 log = logging.getLogger(__name__)
 
+VERIFICATION_COSTS_UP_TO = 128  # inputs of the largest verification `verification_costs` prices
+
+
 @dataclass(frozen=True)
 class MeasureSpec:
     """How a configuration is measured (see `specsparse.measuring.measure`). The batch size does not change
@@ -107,9 +110,19 @@ class Evaluator:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
         drafter = self.spec.drafter
-        provided = {"exclude_ids": self.measured_ids}  # what a drafter may ask of the job (`Drafter.job_context`)
-        context = {name: provided[name] for name in drafter.cls.job_context}
+        provided = {  # what a drafter may ask of the job (`Drafter.job_context`)
+            "exclude_ids": lambda: self.measured_ids,
+            "verification_costs": lambda: self.verification_costs,  # read only by a drafter that needs it
+        }
+        context = {name: provided[name]() for name in drafter.cls.job_context}
         return lambda: drafter.build(target=self.target, vocab_ids=vocab_ids, **context)
+
+    def verification_costs(self) -> tuple[float, ...]:
+        """The cost profile's dense verification of n inputs over a one-token forward, n = 1, 2, ...,
+        `VERIFICATION_COSTS_UP_TO` (what a sized draft tree is sized by)."""
+        layers = self.target.num_layers
+        one = self.profile.verify_time(layers, 1)
+        return tuple(self.profile.verify_time(layers, n) / one for n in range(1, VERIFICATION_COSTS_UP_TO + 1))
 
     @functools.cached_property
     def measured_ids(self) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from specsparse.decoding.forward_path import forward_path_of, is_fast, linear_map
+from specsparse.decoding.lean_step import lean_step_of
 from specsparse.decoding.session import ModelSession
 from specsparse.util import content_hash, utc_now
 
@@ -122,6 +123,7 @@ def model_identity(model: PreTrainedModel) -> dict:
         "dtype": str(model.dtype),
         "device": str(model.device),
         "forward_path": forward_path_of(model),
+        "decode_step": "lean" if lean_step_of(model) is not None else "modules",
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }

@@ -25,7 +25,7 @@ VOCAB = 200
 
 
 def _family(name: str) -> torch.nn.Module:
-    import transformers  # noqa: PLC0415
+    import transformers
 
     shape = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=NUM_LAYERS,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2,
@@ -140,7 +140,7 @@ def test_a_copy_or_a_model_with_other_layers_gets_its_own_lean_step(family):
 
 
 def test_gemma3_runs_hfs_modules_on_fused_packed_weights():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig  # noqa: PLC0415
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=NUM_LAYERS,

@@ -6,6 +6,8 @@ match it, then the bonus token) and the verification logits are random.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ from specsparse.drafters import (
     SuffixAutomatonDrafter,
     TokenRecyclingDrafter,
 )
+from specsparse.drafters.recycling import sized_node_budget, sized_widths, tree_nodes
 
 VOCAB = 6
 FAST = settings(max_examples=60, deadline=None)
@@ -325,3 +328,38 @@ def test_never_more_than_k_and_tokens_in_vocab(seq, data):
 
     for drafter in all_drafters():
         simulate(drafter, seq, prompt_len, k, seed, check)
+
+
+@settings(max_examples=60, deadline=None)
+@given(max_nodes=st.integers(0, 120), depth=st.integers(1, 6), top_k=st.integers(1, 8))
+def test_a_sized_tree_is_the_largest_that_fits_its_budget(max_nodes, depth, top_k):
+    """Brute force over every branching, widest at the root: none fits more draft tokens."""
+    widths = sized_widths(max_nodes, depth, top_k)
+    assert list(widths) == sorted(widths, reverse=True) and all(2 <= w <= top_k for w in widths)
+    assert tree_nodes(widths, depth) <= max(max_nodes, depth)  # a chain when nothing fits
+    fitting = [tree_nodes(w, depth) for n in range(1, depth + 1) for w in itertools.product(range(2, top_k + 1), repeat=n)
+               if list(w) == sorted(w, reverse=True) and tree_nodes(w, depth) <= max_nodes]
+    assert tree_nodes(widths, depth) == max([depth, *fitting]) or not fitting and widths == ()
+
+
+def test_the_sized_budget_is_what_a_verification_costing_about_one_forward_holds():
+    costs = [1.0, 1.0, 1.02, 1.05, 1.08, 1.1, 1.13, 1.3]  # inputs 1..8, over a one-token forward
+    assert sized_node_budget(costs) == 5  # 6 inputs: the root and 5 draft tokens
+    assert sized_widths(5, 3, 8) == ()  # the narrowest tree 3 deep, (2,), drafts 6: a chain
+    assert sized_widths(9, 3, 8) == (3,)  # 3 + 3 + 3; (2, 2) would draft 10
+    drafter = TokenRecyclingDrafter(vocab_size=VOCAB, top_k=4, max_nodes=9)
+    drafter.adj[:] = torch.arange(4)  # every token's successors: 0, 1, 2, 3
+    drafter.begin([5])
+    proposal = drafter.propose(3)
+    assert drafter.drafts_trees and len(proposal.tokens) == 9
+    assert proposal.parents == (-1, -1, -1, 0, 1, 2, 3, 4, 5)
+
+
+def test_tree_sized_needs_the_jobs_cost_profile(smollm):
+    with pytest.raises(ValueError, match="tree=sized sizes the tree by the job's cost profile"):
+        TokenRecyclingDrafter.from_target(smollm, tree="sized")
+    with pytest.raises(ValueError, match="tree='big'"):
+        TokenRecyclingDrafter.check_options(tree="big")
+    TokenRecyclingDrafter.check_options(tree="sized")
+    drafter = TokenRecyclingDrafter.from_target(smollm, tree="sized", verification_costs=lambda: [1.0] * 7 + [1.5])
+    assert drafter.max_nodes == 6 and drafter.drafts_trees

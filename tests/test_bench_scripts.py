@@ -175,7 +175,7 @@ SMOKE = [
                           "--repeats", "1", "--override", "generation.max_new_tokens=6", "--output", "cost.json"],
      "| skip[1] |"),
     ("bench_forward_path", ["--model", "tiny", "--repeats", "2", "--bandwidth-mb", "64", "--output", "fp.json"],
-     "| fast | 6 |"),
+     "| float32 fast, lean step | 6 |"),
 ]
 
 

@@ -19,7 +19,9 @@ a 6-token forward costs about what a one-token forward does, and a one-token for
 
 The fast path's outputs equal eager's up to float rounding (the tests compare them, and every
 lossless-decoding invariant runs on the fast path); a near-tie can therefore go either way, so
-measurements record the path that made them.
+measurements record the path that made them. In bfloat16 a verification is not lossless against
+one-token decoding on either path: attention over several queries rounds differently from one query
+at a time (the packed bfloat16 products themselves give every row the same result at any row count).
 
 Maps that read one input are packed as one product (`FusedProjection`): q/k/v of attention and
 gate/up of the MLP. Each map's module becomes a `FusedPart`, a slice of the shared product computed

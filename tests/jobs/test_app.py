@@ -88,7 +88,9 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "drafter":
         cls = plan.evaluation.drafter.cls
         assert issubclass(cls, Drafter)
-        drafter = plan.evaluation.drafter.build(target=tiny)  # instantiated for real on the tiny model
+        job = {"exclude_ids": (), "verification_costs": lambda: (1.0, 1.05, 1.08, 1.2)}  # what a job provides
+        # instantiated for real on the tiny model
+        drafter = plan.evaluation.drafter.build(target=tiny, **{name: job[name] for name in cls.job_context})
         assert isinstance(drafter, cls)
     elif group == "domain":
         assert plan.evaluation.domain.name == option

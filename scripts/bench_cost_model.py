@@ -8,7 +8,7 @@ of the loop), beside the cost profile's price of the very steps that ran.
 Configurations are built as a job builds them (`bench_speedup.evaluation_spec`: conf/ composed, validated by the
 job's checks) and timed by `specsparse.jobs.job.time_on_calibration` on the first --prompts test prompts,
 interleaved, --repeats times each, after one warm-up run each. The model priced on the timed steps
-(`with_modeled_terms`) removes reply and accept length differences from the comparison: what is left is the
+(`Pricer.with_modeled_terms`) removes reply and accept length differences from the comparison: what is left is the
 model's own error, term by term. "modeled" columns come from the cost profile, every other from the engine.
 """
 

@@ -184,6 +184,8 @@ def reference_of(name: str) -> str | None:
 RATIOS = (
     ("ours_dense", "hf_greedy"),
     ("ours_dense", "ours_dense_eager"),
+    ("ours_pld", "ours_dense"),
+    ("ours_samd", "ours_dense"),
     ("hf_prompt_lookup", "hf_greedy"),
     ("ours_pld", "hf_prompt_lookup"),
     ("ours_pld_adaptive", "hf_prompt_lookup"),

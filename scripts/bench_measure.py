@@ -32,7 +32,8 @@ from specsparse.decoding.models import load_model
 from specsparse.decoding.session import ModelSession
 from specsparse.drafters import PromptLookupDrafter, SuffixAutomatonDrafter
 from specsparse.measuring.measure import count_chunks, measure, measure_many
-from specsparse.measuring.profile import draft_cost, price, profile_for
+from specsparse.measuring.pricing import draft_cost, price
+from specsparse.measuring.profile import profile_for
 from specsparse.types import GenerationConfig, Measurement
 
 SKIP_SETS = [(), (3,), (9,), (15,), (27,), (5, 9), (10, 17), (3, 7, 10), (0, 7, 15, 29), (8, 12, 16, 20)]

@@ -129,6 +129,7 @@ CASES = [
     ("cli", ["report", "{tmp}/job", "--out", "{tmp}/map.yaml"], "--out"),
     ("cli", ["report", "{tmp}/job", "--out", "{tmp}/map.yaml/report"], "--out"),
     ("cli", ["report", "{tmp}/truncated"], "summary.json: unreadable"),
+    ("cli", ["report", "{tmp}/partial"], "summary.json: a job summary without search_cost"),
     ("cli", ["report", "{tmp}/no-such-folder"], "no-such-folder"),
     ("cli", ["report", "{tmp}/job", "--wandb", "nobody"], "ENTITY/PROJECT"),
     ("cli", ["report", "{tmp}/job", "--store", "{tmp}/damaged.sqlite"], "damaged.sqlite"),
@@ -227,6 +228,8 @@ def prepare(folder: Path) -> None:
     (folder / "empty").mkdir()
     (folder / "truncated").mkdir()
     (folder / "truncated" / "summary.json").write_text('{"domain": "qa", "strat')
+    (folder / "partial").mkdir()
+    (folder / "partial" / "summary.json").write_text('{"domain": "qa", "strategy": "bfs", "metric": {"name": "F1"}}')
 
 
 # Each case runs under this wrapper: it marks (by a file) whether the model was loaded before the error.

@@ -2,11 +2,11 @@
 as a few tensor operations per layer in place of HF's modules.
 
 A one-token forward of a small model on a CPU pays, beside its matrix products, for every module call
-and small operation of every layer (HF's norms, rotary embedding, attention dispatch, mask building):
-about 12 ms of SmolLM2-135M's 37 ms on 2 cores. Here each layer is: RMSNorm, one packed q/k/v product
-(`forward_path.FusedProjection`), rotary embedding of q and k together, the cache write, SDPA, the
-output projection, RMSNorm, one packed gate/up product, SiLU-gate, down projection
-(BENCHMARKS.md, "The lean decode step").
+and small operation of every layer (HF's norms, rotary embedding, attention dispatch, mask building).
+Here each layer is: RMSNorm, one packed q/k/v product (`forward_path.FusedProjection`), rotary
+embedding of q and k together, the cache write, SDPA, the output projection, RMSNorm, one packed
+gate/up product, SiLU-gate, down projection. SmolLM2-135M's one-token forward on 2 cores takes 0.83x
+the time of the same packed weights through HF's modules (BENCHMARKS.md, "The lean decode step").
 
 Which models: decoders of the Llama family (Llama / SmolLM2, Mistral without a sliding window, Qwen2,
 Qwen3): RMSNorm before attention and MLP, rotary positions, a SiLU-gated MLP. Others (Gemma 3: sliding
@@ -108,8 +108,8 @@ class LeanStep:
                 captured[feature] = hidden
             hidden = hidden + self._attention(layer, hidden, cos, sin, mask, cache)
             x = _rms_norm(hidden, layer.post_norm, layer.eps)
-            gate_up = layer.gate_up(x)
-            hidden = hidden + layer.down_proj(functional.silu(gate_up[..., : self.intermediate]) * gate_up[..., self.intermediate :])
+            gate, up = layer.gate_up(x).split(self.intermediate, dim=-1)
+            hidden = hidden + layer.down_proj(functional.silu(gate) * up)
         for feature in sources.get(len(self.layers), ()):
             captured[feature] = hidden
         return _rms_norm(hidden, self.final_norm, self.final_eps), captured
@@ -130,7 +130,7 @@ class LeanStep:
                             cos, sin)
         keys, values = cache.layers[layer.index].update(keys.transpose(1, 2), values.transpose(1, 2))
         out = functional.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=mask,
-                                             scale=layer.scaling, enable_gqa=layer.kv_heads != layer.heads)
+                                                      scale=layer.scaling, enable_gqa=layer.kv_heads != layer.heads)
         return layer.o_proj(out.transpose(1, 2).reshape(1, n, layer.heads * layer.head_dim))
 
 

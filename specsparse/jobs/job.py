@@ -30,7 +30,6 @@ from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.result import JobResult
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
-from specsparse.measuring.profile import DraftCost, price
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult
 from specsparse.search.rule import TSSRule
@@ -38,7 +37,7 @@ from specsparse.study.driver import OnTold
 from specsparse.study.runners import Runner
 from specsparse.study.store import ResultsStore
 from specsparse.study.study import Study
-from specsparse.types import Candidate, Component, Measurement
+from specsparse.types import Candidate, Component
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ def time_on_test(test: Evaluator, result: SearchResult, timing_prompts: int | No
     examples = test.examples[:timing_prompts] if timing_prompts else test.examples
     timing = time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
                                progress=progress)
-    return with_modeled_terms(timing, test, [None, *timed.values()])
+    return test.pricer.with_modeled_terms(timing, [None, *timed.values()])
 
 
 def time_on_calibration(calibration: Evaluator, candidates: list[Candidate], prompts: int | None = 16, repeats: int = 1,
@@ -134,29 +133,7 @@ def time_on_calibration(calibration: Evaluator, candidates: list[Candidate], pro
     examples = calibration.examples[:prompts] if prompts else calibration.examples
     timing = time_side_by_side(calibration.target, calibration.domain, examples, configurations,
                                calibration.spec.generation, repeats=repeats, progress=progress)
-    return with_modeled_terms(timing, calibration, [None, *candidates])
-
-
-def with_modeled_terms(timing: SideBySide, evaluator: Evaluator, candidates: list[Candidate | None]) -> SideBySide:
-    """`timing` with each configuration's modeled cost beside its measured terms (`candidates` in the
-    timing's order, None for plain decoding): the evaluator's cost profile pricing the very steps that were
-    timed (their prefill, chunk and token counts), so a gap between `modeled_ms_per_token` and `ms_per_token`
-    is the model's own, not a difference in reply or accept lengths."""
-    terms = []
-    for c, measured in zip(candidates, timing.terms):
-        counts = Measurement(accept_length=0.0, metric=None, modeled_cost=0.0, flops_fraction=1.0, modeled_tokens_per_s=0.0,
-                             new_tokens=measured["tokens"], target_forwards=measured["steps"], wall_time_s=0.0,
-                             verified_tokens=measured["verified_tokens"], chunk_counts=tuple(measured["chunk_counts"]),
-                             prefills=measured["prefills"], prefill_tokens=measured["prefill_tokens"])
-        kept = evaluator.target.num_layers - (0 if c is None else len(c.skip_layers))
-        priced = price(counts, evaluator.profile, kept, DraftCost() if c is None else evaluator.draft_cost(c.vocab_size))
-        per_token = 1000 / max(counts.new_tokens, 1)
-        verify = priced.modeled_verify_cost * counts.target_forwards * per_token
-        prefill = evaluator.profile.prefill_time(kept, counts.prefills, counts.prefill_tokens) * per_token
-        terms.append({**measured, "modeled_ms_per_token": 1000 * priced.modeled_cost, "modeled_prefill_ms_per_token": prefill,
-                      "modeled_verify_ms_per_token": verify,
-                      "modeled_draft_ms_per_token": 1000 * priced.modeled_cost - verify - prefill})
-    return replace(timing, terms=tuple(terms))
+    return calibration.pricer.with_modeled_terms(timing, [None, *candidates])
 
 
 def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:

@@ -240,7 +240,7 @@ def _speedup(timing: SideBySide | None, label: str, over: str, part: int | slice
 
 
 def _modeled_speedup(timing: SideBySide | None, label: str, over: str) -> float | None:
-    """Modeled ms/token of `over` over `label`'s, both priced on their timed steps (`with_modeled_terms`)."""
+    """Modeled ms/token of `over` over `label`'s, both priced on their timed steps (`Pricer.with_modeled_terms`)."""
     terms = {} if timing is None else dict(zip(timing.labels, timing.terms))
     if label not in terms or over not in terms or "modeled_ms_per_token" not in terms[label]:
         return None

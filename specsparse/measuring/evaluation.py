@@ -2,8 +2,8 @@
 
 `EvaluationSpec` holds all of it as plain data (picklable; `specsparse.study.keys` hashes it into a
 store key); `Evaluator` turns it into objects once (the model is loaded once per process, `load_model_cached`), measures
-candidates on one split and prices them (`Evaluator.price`, the one place a measurement meets the
-cost profile). Whoever measures holds its Evaluators: a job's `specsparse.study.Study`, a Ray
+candidates on one split and prices them with its `Pricer` (`specsparse.measuring.pricing`, the one
+place a measurement meets the cost profile). Whoever measures holds its Evaluators: a job's `specsparse.study.Study`, a Ray
 worker; both runners measure through `specsparse.study.runners.local.measure_in_passes`.
 """
 
@@ -23,15 +23,14 @@ from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
 from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import LoadedModel, load_model_cached
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
-from specsparse.measuring.profile import DraftCost, draft_cost, pinned_profile, price, profile_for
+from specsparse.measuring.pricing import Pricer
+from specsparse.measuring.profile import pinned_profile, profile_for
 from specsparse.measuring.profile_fit import CostProfile
 from specsparse.measuring.vocab import CoverageCurve, coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import content_hash
 
 log = logging.getLogger(__name__)
-
-VERIFICATION_COSTS_UP_TO = 128  # inputs of the largest verification `verification_costs` prices
 
 
 @dataclass(frozen=True)
@@ -112,17 +111,10 @@ class Evaluator:
         drafter = self.spec.drafter
         provided = {  # what a drafter may ask of the job (`Drafter.job_context`)
             "exclude_ids": lambda: self.measured_ids,
-            "verification_costs": lambda: self.verification_costs,  # read only by a drafter that needs it
+            "verification_costs": lambda: self.pricer.verification_costs,  # read only by a drafter that needs it
         }
         context = {name: provided[name]() for name in drafter.cls.job_context}
         return lambda: drafter.build(target=self.target, vocab_ids=vocab_ids, **context)
-
-    def verification_costs(self) -> tuple[float, ...]:
-        """The cost profile's dense verification of n inputs over a one-token forward, n = 1, 2, ...,
-        `VERIFICATION_COSTS_UP_TO` (what a sized draft tree is sized by)."""
-        layers = self.target.num_layers
-        one = self.profile.verify_time(layers, 1)
-        return tuple(self.profile.verify_time(layers, n) / one for n in range(1, VERIFICATION_COSTS_UP_TO + 1))
 
     @functools.cached_property
     def measured_ids(self) -> tuple[str, ...]:
@@ -137,25 +129,14 @@ class Evaluator:
         return tuple(ex.id for ex in self.spec.domain.load("test"))
 
     def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
-        """`measurement` with its modeled cost from this evaluator's cost profile (`profile`), never from a
-        stored timing: runners price what they measure with it, and the driver what the store serves."""
-        kept = self.target.num_layers - len(candidate.skip_layers)
-        return price(measurement, self.profile, kept, self.draft_cost(candidate.vocab_size))
+        """`measurement` priced by this evaluator's `pricer` (never by a stored timing): runners price what
+        they measure with it, and the driver what the store serves."""
+        return self.pricer.price(candidate, measurement)
 
-    def draft_cost(self, vocab_size: int | None) -> DraftCost:
-        """The drafter's modeled cost with the vocabulary of `vocab_size` (None: its own), once per size."""
-        if vocab_size not in self._draft_costs:
-            self._draft_costs[vocab_size] = draft_cost(self.drafter_factory(vocab_size)(), self.profile)
-        return self._draft_costs[vocab_size]
-
-    def draft_share(self, skip_layers: Sequence[int]) -> float:
-        """Modeled share of one speculative step the full-vocabulary drafter takes: num_draft_tokens
-        drafts, then one verification of them under `skip_layers` (the cost profile's times)."""
-        cost = self.draft_cost(None)
-        n = self.spec.generation.num_draft_tokens
-        draft = cost.per_step + n * cost.per_token
-        verify = self.profile.verify_time(self.target.num_layers - len(skip_layers), n + 1)
-        return draft / (draft + verify) if draft + verify > 0 else 0.0
+    @functools.cached_property
+    def pricer(self) -> Pricer:
+        """Prices this job's measurements with `profile` and this spec's drafter (one per evaluator)."""
+        return Pricer(self.profile, self.target.num_layers, lambda vocab_size: self.drafter_factory(vocab_size)())
 
     @functools.cached_property
     def profile(self) -> CostProfile:
@@ -163,10 +144,6 @@ class Evaluator:
         if self.spec.cost_profile is not None:
             return pinned_profile(self.spec.cost_profile, self.target.model)
         return profile_for(self.target.model)
-
-    @functools.cached_property
-    def _draft_costs(self) -> dict[int | None, DraftCost]:
-        return {}
 
     # -- vocabulary trimming -------------------------------------------------------------------
     @functools.cached_property
@@ -231,14 +208,15 @@ class Evaluator:
         if {"coverage", "latency_reduction"} & set(names):
             context["coverage"], context["latency_reduction"] = self.vocab_objective()
         if "draft_share" in names:
-            context["draft_share"] = DraftShares(tuple(self.draft_share(range(skipped))
+            draft_tokens = self.spec.generation.num_draft_tokens
+            context["draft_share"] = DraftShares(tuple(self.pricer.draft_share(range(skipped), draft_tokens)
                                                        for skipped in range(self.target.num_layers)))
         return context
 
 
 @dataclass(frozen=True)
 class DraftShares:
-    """The drafter's modeled share of a speculative step (`Evaluator.draft_share`) by the number of layers
+    """The drafter's modeled share of a speculative step (`Pricer.draft_share`) by the number of layers
     skipped, which is all it depends on; called with a skip set."""
 
     by_layers_skipped: tuple[float, ...]

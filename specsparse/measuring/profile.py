@@ -1,6 +1,6 @@
-"""Where cost profiles come from and how they price: this machine's stored profile, a pinned one, the
-drafter's cost, and the price of a measurement's counts (the model, its timing, fit and checks are in
-`specsparse.measuring.profile_fit`).
+"""Where cost profiles come from: this machine's stored profile or a pinned one (the model, its timing,
+fit and checks are in `specsparse.measuring.profile_fit`; pricing with a profile is
+`specsparse.measuring.pricing`).
 
 A profile that fails a check never prices anything: a stored one (or one of an older `SCHEMA`) is
 measured again; a fresh one is measured up to `ATTEMPTS` times (`measure_checked_profile`), then
@@ -19,29 +19,23 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import cache_dir
 from specsparse.measuring.profile_fit import (
-    CONTEXT,
     MIN_CPU_SHARE,
     SCHEMA,
     CostProfile,
     cpu_share,
-    fastest_repeat,
     measure_unchecked_profile,
     model_identity,
     profile_checks,
 )
-from specsparse.types import Measurement
 from specsparse.util import atomic_write_text, content_hash, file_sha256, first_line
 
 log = logging.getLogger(__name__)
@@ -210,82 +204,3 @@ def profile_record(profile: CostProfile) -> dict[str, Any]:
         "checks": {c.name: c.passed for c in checks},
         "checks_passed": all(c.passed for c in checks),
     }
-
-
-# -- pricing ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DraftCost:
-    per_step: float = 0.0  # seconds per verification step (a token drafter's propose + observe)
-    per_token: float = 0.0  # seconds per drafted token (an LM drafter's forward)
-
-
-def draft_cost(drafter: Drafter | None, profile: CostProfile, repeats: int = 32) -> DraftCost:
-    """The drafter's cost: LM drafters from their model's profile (trimmed head included), token
-    drafters from their measured step time, stored in the target's profile (kept in memory only for
-    a pinned profile, whose file is never written). A drafter that names its LM-head products
-    (`head_calls`: EAGLE chains) stores its body's time once, and its head is priced per row from the
-    profile: two vocabularies never differ by when each was timed."""
-    if drafter is None:
-        return DraftCost()
-    model = getattr(drafter, "model", None)
-    if model is not None:  # an LM drafter: one forward of its kept layers per drafted token
-        own = profile_for(model)
-        kept = own.num_layers - len(getattr(drafter, "skip_layers", ()))
-        per_token = own.verify_time(kept, 1) - own.head_time(own.vocab_size) + own.head_time(drafter.vocab_size)
-        return DraftCost(per_token=max(per_token, 0.0))
-    head = (drafter.head_calls(STEP_DRAFT_TOKENS) or 0) * profile.head_time(getattr(drafter, "vocab_size", 0))
-    if drafter.cost_key not in profile.drafter_step_s:
-        step = _drafter_step_time(drafter, profile.vocab_size, repeats, STEP_DRAFT_TOKENS, rounds=5)
-        profile.drafter_step_s[drafter.cost_key] = max(step - head, 0.0)
-        if profile.path == str(profile_path(profile.identity)):
-            save_profile(profile)
-        elif profile.path:
-            log.warning("pinned cost profile %s has no step time for drafter %s: measured on this machine "
-                        "(pin a profile a job with this drafter has used to price it alike everywhere)",
-                        profile.path, drafter.cost_key)
-    return DraftCost(per_step=profile.drafter_step_s[drafter.cost_key] + head)
-
-
-STEP_DRAFT_TOKENS = 5  # tokens a timed drafter step drafts
-
-
-def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = STEP_DRAFT_TOKENS, rounds: int = 1) -> float:
-    """Median propose + observe time over `repeats` steps on a repetitive synthetic context (drafts
-    exist most steps; a feature drafter gets random features); the fastest of `rounds` rounds."""
-    generator = torch.Generator().manual_seed(0)
-    context = torch.randint(0, 64, (CONTEXT,), generator=generator).tolist()
-    features = None if drafter.feature_layers is None else torch.randn(CONTEXT, drafter.feature_size, generator=generator)
-    logits = torch.randn(k + 1, vocab, generator=generator)
-    medians = []
-    for _ in range(rounds):
-        drafter.reset()
-        drafter.begin(context)
-        if features is not None:
-            drafter.observe_features(features[:-1].to(drafter.feature_dtype))
-        times = []
-        for step in range(repeats):
-            start = time.perf_counter()
-            proposal = drafter.propose(k)
-            committed = [context[step % CONTEXT]]
-            if features is not None:
-                drafter.observe_features(features[step % CONTEXT][None].to(drafter.feature_dtype))
-            rows = torch.arange(len(proposal.tokens) + 1) % logits.shape[0]  # a tree may draft more than k nodes
-            drafter.observe(committed, [context[-1], *proposal.tokens], logits[rows])
-            times.append(time.perf_counter() - start)
-        medians.append(statistics.median(times))
-    drafter.reset()
-    return fastest_repeat(medians)
-
-
-def price(m: Measurement, profile: CostProfile, kept_layers: int, cost: DraftCost) -> Measurement:
-    """`m` with `modeled_cost` (s/token), `modeled_tokens_per_s` and `modeled_verify_cost` (s per
-    verification step) from its counts: prompts prefilled and their tokens, and its steps
-    (`chunk_counts[i]`: steps that verified i + 1 tokens), what a request timed end to end spends."""
-    if m.new_tokens == 0:
-        return replace(m, modeled_cost=0.0, modeled_tokens_per_s=0.0, modeled_verify_cost=0.0)
-    prefill = profile.prefill_time(kept_layers, m.prefills, m.prefill_tokens)
-    verify = sum(n * profile.verify_time(kept_layers, i + 1) for i, n in enumerate(m.chunk_counts))
-    draft = m.target_forwards * cost.per_step + (m.verified_tokens - m.target_forwards) * cost.per_token
-    seconds = (prefill + verify + draft) / m.new_tokens
-    return replace(m, modeled_cost=seconds, modeled_tokens_per_s=1.0 / seconds if seconds > 0 else 0.0,
-                   modeled_verify_cost=verify / max(m.target_forwards, 1))

@@ -45,7 +45,7 @@ from specsparse.reporting.formatting import (
     to_markdown,
     write_table,
 )
-from specsparse.reporting.records import JobRecord, ReportError, latest, tss_jobs
+from specsparse.reporting.records import JobRecord, ReportError, checked_summary, latest, tss_jobs
 from specsparse.reporting.tables import (
     IN_DOMAIN,
     TABLE1_COLUMNS,
@@ -81,7 +81,8 @@ def find_jobs(paths: Iterable[str | os.PathLike]) -> list[JobRecord]:
             continue
         reproduce_file = file.parent / "reproduce.json"
         reproduce = _read_json(reproduce_file) if reproduce_file.is_file() else {}
-        records.append(JobRecord(upgrade_summary(summary), file.parent, reproduce if isinstance(reproduce, dict) else {}))
+        records.append(JobRecord(checked_summary(upgrade_summary(summary), str(file)), file.parent,
+                                 reproduce if isinstance(reproduce, dict) else {}))
     return sorted(records, key=lambda r: r.order)
 
 
@@ -108,7 +109,8 @@ def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
         summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
         if "domain" not in summary or "strategy" not in summary:
             continue
-        summary = upgrade_summary(with_interval_lists(json.loads(strict_json(summary))))
+        summary = checked_summary(upgrade_summary(with_interval_lists(json.loads(strict_json(summary)))),
+                                  f"W&B run {run.path}")
         reproduce = {"model": summary.get("model"), "num_layers": summary.get("num_layers"),
                      "finished": str(run.created_at)}
         records.append(JobRecord(summary, None, reproduce, source=f"wandb:{run.path}"))

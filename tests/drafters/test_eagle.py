@@ -366,7 +366,7 @@ def test_every_tree_node_is_a_top_k_child_of_its_path_run_as_a_chain(models, tra
 def test_the_cost_profile_times_real_eagle_drafts(models):
     """The drafter step time the cost profile stores runs the head on (random) features: drafts
     are proposed, so the time is the head's, not an empty step's."""
-    from specsparse.measuring.profile import _drafter_step_time
+    from specsparse.measuring.pricing import _drafter_step_time
 
     drafted = []
 
@@ -388,29 +388,30 @@ def test_trimmed_eagle_chains_are_priced_per_head_row_from_one_timed_body(models
     """A chain's modeled step is its body (timed once, whatever vocabulary came first) plus the profile's
     per-row LM-head time for each drafted token: monotone in k, never two timings of two moments. Trees
     keep one timing per vocabulary."""
-    from specsparse.measuring import profile as profile_module
+    from specsparse.measuring import pricing as pricing_module
+    from specsparse.measuring.profile_fit import CostProfile
 
     target = models[0]
     vocab = target.config.vocab_size
     timed, seconds = [], []
-    real = profile_module._drafter_step_time
+    real = pricing_module._drafter_step_time
 
     def spy(drafter, *args, **kwargs):
         timed.append(drafter.vocab_size)
         seconds.append(real(drafter, *args, **kwargs))
         return seconds[-1]
 
-    monkeypatch.setattr(profile_module, "_drafter_step_time", spy)
-    profile = profile_module.CostProfile({}, NUM_LAYERS, vocab, (1e-3, 1e-4), (2e-3, 1e-4, 0.0, 0.0), head_per_row=1e-6)
+    monkeypatch.setattr(pricing_module, "_drafter_step_time", spy)
+    profile = CostProfile({}, NUM_LAYERS, vocab, (1e-3, 1e-4), (2e-3, 1e-4, 0.0, 0.0), head_per_row=1e-6)
     head = random_head(target, layout)
     sizes = [vocab // 4, vocab, vocab // 2]  # a trimmed one first: the body does not depend on which
-    steps = [profile_module.draft_cost(EagleDrafter(head, target, vocab_ids=None if k == vocab else range(k)),
+    steps = [pricing_module.draft_cost(EagleDrafter(head, target, vocab_ids=None if k == vocab else range(k)),
                                        profile).per_step for k in sizes]
     assert timed == [vocab // 4]  # one timing for every vocabulary
     assert steps[0] == pytest.approx(seconds[0], rel=1e-9)  # the timed vocabulary is priced at its timing
     for k, step in zip(sizes, steps):
         assert step == pytest.approx(steps[0] + 5 * 1e-6 * (k - sizes[0]), rel=1e-9)  # 5 drafted tokens each
-    trees = [profile_module.draft_cost(EagleDrafter(head, target, (2, 4), vocab_ids=range(k)), profile) for k in (10, 20)]
+    trees = [pricing_module.draft_cost(EagleDrafter(head, target, (2, 4), vocab_ids=range(k)), profile) for k in (10, 20)]
     assert timed == [vocab // 4, 10, 20] and all(t.per_step > 0 for t in trees)
 
 

@@ -21,15 +21,14 @@ from specsparse.data import get_domain
 from specsparse.jobs.config import ConfigError, build_plan
 from specsparse.jobs.job import run_job
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+from specsparse.measuring.pricing import DraftCost, price
 from specsparse.measuring.profile import (
     ATTEMPTS,
-    DraftCost,
     ProfileError,
     check_profile,
     load_profile,
     measure_checked_profile,
     pinned_profile,
-    price,
     profile_for,
     profile_path,
     profile_record,

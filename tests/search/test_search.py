@@ -10,6 +10,7 @@ import itertools
 import math
 import pkgutil
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import TRAP, TRAP_OPTIMUM, Counted, additive, papers, search_on
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 import specsparse.search as search_pkg
 from specsparse.measuring.vocab import head_latency_reduction
 from specsparse.search import (
+    STRATEGY_NAMES,
     AcceptOnlySearch,
     BFSSearch,
     GreedySearch,
@@ -105,6 +107,8 @@ def test_strategy_names_match_modules():
                 assert cls.name == info.name
                 assert cls.__name__.lower() == info.name.replace("_", "") + "search"
     assert set(found) == set(ALL_STRATEGIES)
+    conf = Path(search_pkg.__file__).parents[1] / "conf" / "search"
+    assert set(STRATEGY_NAMES) == set(found) == {f.stem for f in conf.glob("*.yaml")}
 
 
 # -- contract suite over every strategy --------------------------------------------------------------

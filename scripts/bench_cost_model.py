@@ -6,7 +6,7 @@ of the loop), beside the cost profile's price of the very steps that ran.
     python scripts/bench_cost_model.py --model tiny --domain qa --drafter pld --skip 1 --prompts 2   # smoke size
 
 Configurations are built as a job builds them (`bench_speedup.evaluation_spec`: conf/ composed, validated by the
-job's checks) and timed by `specsparse.jobs.job.time_on_calibration` on the first --prompts test prompts,
+job's checks) and timed by `specsparse.study.study.time_with_plain` on the first --prompts test prompts,
 interleaved, --repeats times each, after one warm-up run each. The model priced on the timed steps
 (`Pricer.with_modeled_terms`) removes reply and accept length differences from the comparison: what is left is the
 model's own error, term by term. "modeled" columns come from the cost profile, every other from the engine.
@@ -22,8 +22,9 @@ from pathlib import Path
 
 from bench_speedup import evaluation_spec
 
-from specsparse.jobs.job import time_on_calibration
+from specsparse.jobs.job import labelled
 from specsparse.measuring.evaluation import Evaluator
+from specsparse.study.study import time_with_plain
 from specsparse.types import Candidate
 
 
@@ -44,8 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     spec = evaluation_spec(args.model, args.domain, args.drafter, args.override, output.parent)
     evaluator = Evaluator(spec)
     candidates = [Candidate(), *(Candidate(tuple(sorted(int(x) for x in s.split(",")))) for s in args.skip)]
-    time_on_calibration(evaluator, candidates, prompts=1, progress=False)  # warm-up: set-up stays out of the timing
-    timing = time_on_calibration(evaluator, candidates, prompts=args.prompts, repeats=args.repeats)
+    time_with_plain(evaluator, labelled(candidates), prompts=1, progress=False)  # warm-up: set-up stays out of the timing
+    timing = time_with_plain(evaluator, labelled(candidates), prompts=args.prompts, repeats=args.repeats)
     terms = dict(zip(timing.labels, timing.terms))
     dense = terms["dense"]
     lines = [f"model {args.model}, {args.domain}, drafter {args.drafter}, {timing.prompts} test prompts x {args.repeats}; "

@@ -51,7 +51,7 @@ CASES = [
     ("run.py", [*TINY, "model.num_layers=true"], "model.num_layers"),
     ("run.py", [*TINY, "model.vocab_size=false"], "model.vocab_size"),
     ("run.py", [*TINY, "tss.protect_layers=[0,1,2,3]"], "nothing to skip"),
-    ("run.py", [*TINY, "model.dtype=bfloat16", "model.forward_path=fast"], "model.forward_path=fast"),
+    ("run.py", [*TINY, "model.dtype=float16", "model.forward_path=fast"], "model.forward_path=fast"),
     ("run.py", [*TINY, "model.source=/no/such/model"], "model.source"),
     ("run.py", [*TINY, "search=tpe_vocab"], "LM head"),
     ("run.py", [*TINY, "+search.max_width=3"], "max_width"),
@@ -108,7 +108,7 @@ CASES = [
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--max-new-tokens", "0", "hi"],
      "--max-new-tokens"),
     ("cli", ["generate", "--model", "tiny", "hi"], "--config-map"),
-    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--dtype", "bfloat16", "--forward-path",
+    ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--dtype", "float16", "--forward-path",
              "fast", "hi"], "forward_path=fast"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/missing.yaml", "hi"], "missing.yaml"),
     ("cli", ["generate", "--model", "tiny", "--config-map", "{tmp}/map.yaml", "--prompts", "{tmp}/bad.jsonl"], "bad.jsonl:2"),
@@ -129,7 +129,7 @@ CASES = [
     ("cli", ["report", "{tmp}/job", "--out", "{tmp}/map.yaml"], "--out"),
     ("cli", ["report", "{tmp}/job", "--out", "{tmp}/map.yaml/report"], "--out"),
     ("cli", ["report", "{tmp}/truncated"], "summary.json: unreadable"),
-    ("cli", ["report", "{tmp}/partial"], "summary.json: a job summary without search_cost"),
+    ("cli", ["report", "{tmp}/partial"], "summary.json: a job summary without search_cost.configurations_measured"),
     ("cli", ["report", "{tmp}/no-such-folder"], "no-such-folder"),
     ("cli", ["report", "{tmp}/job", "--wandb", "nobody"], "ENTITY/PROJECT"),
     ("cli", ["report", "{tmp}/job", "--store", "{tmp}/damaged.sqlite"], "damaged.sqlite"),
@@ -224,7 +224,8 @@ def prepare(folder: Path) -> None:
     (folder / "number.jsonl").write_text('{"prompt": "a", "reference": "b"}\n{"prompt": 123, "reference": "b"}\n')
     (folder / "ids.json").write_text("[1, 2, 99999999]")  # beyond the tiny model's vocabulary
     (folder / "job").mkdir()
-    (folder / "job" / "summary.json").write_text(json.dumps({"domain": "qa", "strategy": "bfs", "metric": None}))
+    job_summary = {"domain": "qa", "strategy": "bfs", "metric": None, "search_cost": {"configurations_measured": 0}}
+    (folder / "job" / "summary.json").write_text(json.dumps(job_summary))
     (folder / "empty").mkdir()
     (folder / "truncated").mkdir()
     (folder / "truncated" / "summary.json").write_text('{"domain": "qa", "strat')

@@ -29,8 +29,8 @@ from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.result import JobResult
 from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
-from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
-from specsparse.measuring.timing import SideBySide, time_side_by_side
+from specsparse.measuring.evaluation import EvaluationSpec
+from specsparse.measuring.timing import SideBySide
 from specsparse.search.base import SearchResult
 from specsparse.search.rule import TSSRule
 from specsparse.study.driver import OnTold
@@ -74,22 +74,21 @@ def run_job(
     calibration_timing = None
     if rule is not None and rule.select == "measured" and result.selected != result.baseline:
         front = [result.selected, *(c for c, _ in result.alternatives)][:rule.measured_candidates]
-        calibration_timing = study.call("calibration", partial(time_on_calibration, candidates=[result.baseline, *front],
-                                                               prompts=rule.measured_prompts, progress=progress))
+        calibration_timing = study.time("calibration", labelled([result.baseline, *front]), rule.measured_prompts,
+                                        progress=progress)
         result = pick_by_timing(result, calibration_timing)
     elif objective_timing is not None:
         prompts, repeats = objective_timing
-        calibration_timing = study.call("calibration", partial(
-            time_on_calibration, candidates=list(dict.fromkeys([result.baseline, result.selected])), prompts=prompts,
-            repeats=repeats, progress=progress))
+        calibration_timing = study.time("calibration", labelled([result.baseline, result.selected]), prompts,
+                                        repeats, progress=progress)
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
         if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
             compared, timing = study.call("test", partial(compare_vocabularies, strategy=strategy, options=vocab_comparison,
                                                           timing_prompts=timing_prompts, progress=progress))
         test_dense, test_selected = study.measure([result.baseline, result.selected], "test")
-        timing = timing or study.call("test", partial(time_on_test, result=result, timing_prompts=timing_prompts,
-                                                      progress=progress))
+        timing = timing or study.time("test", {"dense": result.baseline} | (
+            {} if result.selected == result.baseline else {"selected": result.selected}), timing_prompts, progress=progress)
         if result.info.get("draws"):  # random search is reported as the mean over its draws too
             draws_test = study.measure([Candidate(tuple(d)) for d in result.info["draws"]], "test")
     vocab_size = result.selected.vocab_size
@@ -107,33 +106,9 @@ def run_job(
     return job
 
 
-def time_on_test(test: Evaluator, result: SearchResult, timing_prompts: int | None = 24,
-                 progress: bool = True) -> SideBySide:
-    """Plain decoding, dense and selected timed side by side on the first `timing_prompts` test
-    prompts (None: all), by `test`, the Evaluator of the test split (a Ray worker's with runner=ray: one
-    device, held by that worker). Plain decoding (the dense target, no drafter) runs beside the speculative
-    configurations, so a setup slower than not speculating cannot hide. A trimmed drafter keeps its
-    calibration vocabulary."""
-    timed = {"dense": result.baseline} | ({} if result.selected == result.baseline else {"selected": result.selected})
-    configurations = [("plain", (), lambda: None)]
-    configurations += [(label, c.skip_layers, test.calibration.drafter_factory(c.vocab_size)) for label, c in timed.items()]
-    examples = test.examples[:timing_prompts] if timing_prompts else test.examples
-    timing = time_side_by_side(test.target, test.domain, examples, configurations, test.spec.generation,
-                               progress=progress)
-    return test.pricer.with_modeled_terms(timing, [None, *timed.values()])
-
-
-def time_on_calibration(calibration: Evaluator, candidates: list[Candidate], prompts: int | None = 16, repeats: int = 1,
-                        progress: bool = True) -> SideBySide:
-    """Plain decoding and `candidates` (dense first) timed side by side with the engine on the first `prompts`
-    calibration prompts (None: all), by the calibration Evaluator: what select="measured" picks from and
-    what a sweeper's measured objective reads. Labels: "plain" and the candidates' labels."""
-    configurations = [("plain", (), lambda: None)]
-    configurations += [(c.label, c.skip_layers, calibration.drafter_factory(c.vocab_size)) for c in candidates]
-    examples = calibration.examples[:prompts] if prompts else calibration.examples
-    timing = time_side_by_side(calibration.target, calibration.domain, examples, configurations,
-                               calibration.spec.generation, repeats=repeats, progress=progress)
-    return calibration.pricer.with_modeled_terms(timing, [None, *candidates])
+def labelled(candidates: list[Candidate]) -> dict[str, Candidate]:
+    """Candidates by their own labels (each once): what a calibration timing names them."""
+    return {c.label: c for c in candidates}
 
 
 def pick_by_timing(result: SearchResult, timing: SideBySide) -> SearchResult:

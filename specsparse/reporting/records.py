@@ -24,13 +24,15 @@ class ReportError(ValueError):
     """Nothing to report from, or inputs that do not fit together (one-line message)."""
 
 
-# What every job's summary.json holds (after `upgrade_summary`), beside domain and strategy, that tables read.
-SUMMARY_KEYS = {"search_cost": dict}
+# What every job's summary.json holds (after `upgrade_summary`), beside domain and strategy, that tables read
+# without a default: (key, key within it).
+SUMMARY_KEYS = (("search_cost", "configurations_measured"),)
 
 
 def checked_summary(summary: dict[str, Any], where: str) -> dict[str, Any]:
     """`summary` when it holds what a report reads (`SUMMARY_KEYS`); ReportError naming what is missing."""
-    wrong = [key for key, kind in SUMMARY_KEYS.items() if not isinstance(summary.get(key), kind)]
+    wrong = [".".join(path) for path in SUMMARY_KEYS
+             if not isinstance(summary.get(path[0]), dict) or path[1] not in summary[path[0]]]
     if wrong:
         raise ReportError(f"{where}: a job summary without {', '.join(wrong)} (a job that did not finish, or not "
                           "written by specsparse): rerun its job, or leave it out")

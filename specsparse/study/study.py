@@ -4,6 +4,7 @@
     context = study.call("calibration", methodcaller("search_context", names))   # where the model is
     result = study.search(strategy, budget)                  # on the calibration split
     dense, selected = study.measure([result.baseline, result.selected], "test")
+    timing = study.time("test", {"dense": result.baseline, "selected": result.selected}, prompts=24)
 
 The study owns the results-store keys and descriptions of what it measures (`specsparse.study.keys`)
 and the pricing of what the store serves (the cost profile of the hardware that measures, never a
@@ -16,10 +17,12 @@ what to measure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult, SearchStrategy
 from specsparse.study.driver import OnTold, Price, measure_through_store, run_search
 from specsparse.study.keys import describe, store_key
@@ -81,3 +84,26 @@ class Study:
             candidates, lambda todo, on_measured: self.runner.evaluate_batch(spec, todo, None, on_measured),
             self.store, lambda c: store_key(description, c), lambda c: description, price=self.price(split),
         )
+
+    def time(self, split: str, candidates: Mapping[str, Candidate], prompts: int | None, repeats: int = 1,
+             progress: bool = True) -> SideBySide:
+        """Plain decoding and `candidates` timed side by side on `split` (`time_with_plain`), where the
+        runner measures (a Ray worker's device with runner=ray)."""
+        return self.call(split, partial(time_with_plain, candidates=candidates, prompts=prompts, repeats=repeats,
+                                        progress=progress))
+
+
+def time_with_plain(evaluator: Evaluator, candidates: Mapping[str, Candidate], prompts: int | None, repeats: int = 1,
+                    progress: bool = True) -> SideBySide:
+    """Plain decoding (label "plain": the dense target, no drafter) and `candidates` ({label: candidate})
+    timed side by side with the engine on the first `prompts` prompts of the evaluator's split (None:
+    all), each beside its modeled terms (`Pricer.with_modeled_terms`). Plain runs beside the speculative
+    configurations, so a setup slower than not speculating cannot hide. A trimmed drafter keeps its
+    calibration vocabulary."""
+    configurations = [("plain", (), lambda: None)]
+    configurations += [(label, c.skip_layers, evaluator.calibration.drafter_factory(c.vocab_size))
+                       for label, c in candidates.items()]
+    examples = evaluator.examples[:prompts] if prompts else evaluator.examples
+    timing = time_side_by_side(evaluator.target, evaluator.domain, examples, configurations, evaluator.spec.generation,
+                               repeats=repeats, progress=progress)
+    return evaluator.pricer.with_modeled_terms(timing, [None, *candidates.values()])

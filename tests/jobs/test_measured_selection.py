@@ -10,7 +10,7 @@ import pytest
 
 from specsparse.data import get_domain
 from specsparse.jobs.config import JobPlan
-from specsparse.jobs.job import pick_by_timing, run_job, time_on_calibration
+from specsparse.jobs.job import labelled, pick_by_timing, run_job
 from specsparse.jobs.objectives import objective_value
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
 from specsparse.measuring.timing import SideBySide, time_side_by_side
@@ -18,6 +18,7 @@ from specsparse.search.base import SearchResult
 from specsparse.search.rule import TSSRule
 from specsparse.study.runners.local import LocalRunner
 from specsparse.study.store import ResultsStore
+from specsparse.study.study import time_with_plain
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 
 DENSE, A, B, C = Candidate(()), Candidate((1,)), Candidate((2,)), Candidate((1, 2))
@@ -118,7 +119,7 @@ def test_a_timing_splits_each_configurations_time_into_terms_beside_the_models_p
     spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
                           domain=get_domain("qa", limit=10), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
     evaluator = Evaluator(spec)
-    timing = time_on_calibration(evaluator, [Candidate(), Candidate((1,))], prompts=2, progress=False)
+    timing = time_with_plain(evaluator, labelled([Candidate(), Candidate((1,))]), prompts=2, progress=False)
     assert timing.labels == ("plain", "dense", "skip[1]") and len(timing.terms) == 3
     for terms in timing.terms:
         parts = sum(terms[f"{t}_ms_per_token"] for t in ("prefill", "verify", "draft", "other"))

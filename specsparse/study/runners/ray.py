@@ -3,7 +3,7 @@
     runner = RayRunner(num_workers=4, gpus_per_trial=1)          # local Ray on 127.0.0.1
     runner = RayRunner(num_workers=8, address="10.0.0.5:6379")    # join an existing cluster
     measurements = runner.evaluate_batch(spec, candidates)        # in candidate order
-    timing = runner.call(test_spec, partial(time_on_test, ...))   # on one worker's device
+    timing = runner.call(test_spec, partial(time_with_plain, ...))   # on one worker's device
 
 The job's process loads no model: the search driver and the results store stay there, and everything
 that needs the model (measurements, pricing, the search context, the side-by-side timing) runs on the

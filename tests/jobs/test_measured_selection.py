@@ -87,7 +87,7 @@ def test_untimed_front_members_stay_alternatives_after_the_timed_ones():
 def test_a_sweepers_objective_is_timed_on_calibration_prompts_only(tmp_path, monkeypatch):
     """objective_timing times plain, dense and the pick on the calibration split: no test prompt enters the
     figure a sweep chooses by (the test split is timed afterwards, for the held-out verdict only)."""
-    import specsparse.jobs.job as job_module
+    import specsparse.study.study as study_module
 
     timed_ids = []
 
@@ -95,7 +95,7 @@ def test_a_sweepers_objective_is_timed_on_calibration_prompts_only(tmp_path, mon
         timed_ids.append({ex.id for ex in examples})
         return time_side_by_side(target, domain, examples, *args, **kwargs)
 
-    monkeypatch.setattr(job_module, "time_side_by_side", spy)
+    monkeypatch.setattr(study_module, "time_side_by_side", spy)
     spec = EvaluationSpec(model="tiny", drafter=Component("specsparse.drafters.pld.PromptLookupDrafter"),
                           domain=get_domain("qa", limit=10), generation=GenerationConfig(max_new_tokens=8, num_draft_tokens=3))
     search = Component("specsparse.search.bfs.BFSSearch", {"rule": TSSRule(max_depth=1, max_pool=2)})

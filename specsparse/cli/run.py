@@ -142,7 +142,7 @@ def _unexpected(err: Exception, output_dir: Path) -> str:
 def _fail(message: str, multirun: bool, output_dir: Path, value, overrides=()):
     """One line on stderr. A single run exits 2; in a sweep the other jobs still run (this one returns
     `value`), its folder's reproduce.json records the error, and the sweep lists its failed jobs and
-    exits 2 at the end (specsparse.jobs.sweep.SweepSummary), wherever each job ran."""
+    exits 2 at the end (specsparse.cli.hydra_callbacks.SweepSummary), wherever each job ran."""
     print(message, file=sys.stderr)
     if not multirun:
         sys.exit(2)

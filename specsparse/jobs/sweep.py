@@ -1,7 +1,7 @@
 """A sweep (`python run.py -m ...`) runs every valid job and ends with one table of all of them.
 
-Hydra loads `SweepSummary` from conf/config.yaml (`hydra.callbacks`). At the end of the multirun it
-reads every job folder's summary.json under the sweep folder (hydra.sweep.dir), prints one row per job
+Hydra loads `specsparse.cli.hydra_callbacks.SweepSummary` from conf/config.yaml (`hydra.callbacks`). At
+the end of the multirun it reads every job folder's summary.json under the sweep folder (hydra.sweep.dir), prints one row per job
 (`sweep_rows`) and writes them to sweep_summary.md and sweep_summary.csv in the sweep folder. Failed
 jobs are rows with verdict "failed" and their error, and the sweep then exits 2. Everything comes from
 the job folders (a failed job's reproduce.json holds its error, `record_failure`), so jobs that ran in
@@ -13,18 +13,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-
-from specsparse.util import atomic_write_text, folder_problem
-
-log = logging.getLogger(__name__)
+from specsparse.util import atomic_write_text
 
 NA = "n/a"
 COLUMNS = ("job", "domain", "search", "skip_layers", "measured_speedup_vs_plain", "measured_speedup_vs_plain_low",
@@ -140,38 +134,13 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-class OutputFolderCheck(Callback):
-    """A run or sweep folder that cannot be made (`paths.outputs` naming a file or a folder under one, on a
-    read-only or virtual filesystem, or without permission) stops the command with one line and exit code 2,
-    before Hydra makes the folder."""
-
-    def on_run_start(self, config: Any, **kwargs: Any) -> None:  # the run folder's name needs Hydra's runtime, unset yet
-        _check_output_folder(str(config.paths.outputs))
-
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        _check_output_folder(str(config.hydra.sweep.dir))
-
-
-def _check_output_folder(folder: str) -> None:
-    if (problem := folder_problem(folder)) is not None:
-        print(f"error: paths.outputs: {problem}, so the folder {folder} cannot be made: point paths.outputs at a "
-              "folder you can write (created if missing)", file=sys.stderr)
-        sys.exit(2)
-
-
-class SweepSummary(Callback):
-    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        sweep = Path(str(config.hydra.sweep.dir))
-        rows = sweep_rows(sweep)
-        markdown = to_markdown(rows)
-        atomic_write_text(sweep / "sweep_summary.md", markdown)
-        atomic_write_text(sweep / "sweep_summary.csv", to_csv(rows))
-        # Hydra's console handler shows it; its file handler still points at the last job's run.log.
-        log.info("sweep: %d job(s)\n%swritten: %s, %s", len(rows), markdown, sweep / "sweep_summary.md",
-                 sweep / "sweep_summary.csv")
-        failed = [f"{r['job']}: {r['error']}" for r in rows if r["verdict"] == "failed"]
-        if failed:
-            log.error("%d job(s) of the sweep failed: %s", len(failed), " | ".join(failed))
-            sys.exit(2)
+def write_sweep_summary(sweep: Path) -> tuple[list[dict[str, Any]], str]:
+    """The sweep's rows (`sweep_rows`) and their markdown table, written to sweep_summary.md and
+    sweep_summary.csv in `sweep`."""
+    rows = sweep_rows(sweep)
+    markdown = to_markdown(rows)
+    atomic_write_text(sweep / "sweep_summary.md", markdown)
+    atomic_write_text(sweep / "sweep_summary.csv", to_csv(rows))
+    return rows, markdown
 
 

@@ -109,9 +109,13 @@ class Evaluator:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
         vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
         drafter = self.spec.drafter
+
+        def verification_costs() -> tuple[float, ...]:  # the profile loads only when a drafter reads them
+            return self.pricer.verification_costs()
+
         provided = {  # what a drafter may ask of the job (`Drafter.job_context`)
             "exclude_ids": lambda: self.measured_ids,
-            "verification_costs": lambda: self.pricer.verification_costs,  # read only by a drafter that needs it
+            "verification_costs": lambda: verification_costs,
         }
         context = {name: provided[name]() for name in drafter.cls.job_context}
         return lambda: drafter.build(target=self.target, vocab_ids=vocab_ids, **context)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from specsparse.jobs import sweep as sweep_module
-from specsparse.jobs.sweep import SweepSummary, sweep_rows, to_csv, to_markdown
+from specsparse.cli import hydra_callbacks
+from specsparse.cli.hydra_callbacks import SweepSummary
+from specsparse.jobs.sweep import sweep_rows, to_csv, to_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +94,7 @@ def test_the_callback_writes_the_table_and_exits_2_when_a_job_failed(sweep_dir, 
     failed = {name: (sweep_dir / name / "reproduce.json").read_text() for name in ("2_mmlu_bfs", "3_math_bfs")}
     for name in failed:
         (sweep_dir / name / "reproduce.json").write_text(json.dumps({"status": "finished"}))
-    with caplog.at_level("INFO", logger=sweep_module.log.name):
+    with caplog.at_level("INFO", logger=hydra_callbacks.log.name):
         SweepSummary().on_multirun_end(config)  # no failure: no exit
     assert "| 0_qa_bfs |" in caplog.text
     assert (sweep_dir / "sweep_summary.md").read_text() == to_markdown(sweep_rows(sweep_dir))

@@ -216,3 +216,28 @@ def test_nothing_a_drafter_learns_before_a_search_comes_from_the_prompts_a_job_m
     assert any(ex.references[0] in seen for ex in others for seen in learned)  # the domain's other texts warm it
     if isinstance(built, SuffixAutomatonDrafter):
         assert retrieves(others[0].references[0])
+
+
+@pytest.mark.parametrize("tree", [None, "sized"])
+def test_only_a_sized_tree_reads_the_cost_profile_when_its_drafter_is_built(monkeypatch, tree):
+    """The job hands every recycling drafter `verification_costs`, but the profile is read (and measured,
+    where none is stored) only by a tree sized by it."""
+    import specsparse.measuring.evaluation as evaluation
+
+    read = []
+    monkeypatch.setattr(evaluation, "profile_for", lambda model: read.append(model) or _flat_profile(model))
+    drafter = Component("specsparse.drafters.recycling.TokenRecyclingDrafter", {"tree": tree})
+    evaluator = Evaluator(EvaluationSpec(model="tiny", drafter=drafter, domain=get_domain("qa", limit=10),
+                                         generation=CONFIG))
+    built = evaluator.drafter_factory(None)()
+    assert bool(read) == (tree == "sized")
+    assert built.max_nodes == (3 if tree == "sized" else None)  # 4 inputs within 1.1 one-token forwards
+
+
+def _flat_profile(model):
+    """A profile whose verification of n inputs costs 1 + 0.03 (n - 1) one-token forwards."""
+    from specsparse.measuring.profile_fit import CostProfile
+
+    layers = model.config.num_hidden_layers
+    return CostProfile({}, layers, model.config.vocab_size, (0.0, 1.0 / layers), (0.0, 0.97 / layers, 0.0, 0.03 / layers),
+                       head_per_row=0.0)

@@ -27,8 +27,8 @@ One file, written as both YAML and JSON with the same content:
         notes: []
 
 Serving routes a domain's pick only when its verdict held (`serving_plan`); maps without verdicts
-(written by hand, or before maps recorded them) are served as written, and their metrics, on 0-1
-then, are read onto 0-100.
+(written by hand, or before maps recorded them) are served as written. Maps of earlier versions are read
+in this version's form (`specsparse.old_formats`: metrics on 0-1 before maps named their metric).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from specsparse import __version__
+from specsparse.old_formats import current_config_map
 from specsparse.types import Candidate, Component
 from specsparse.util import atomic_write_text, first_line, is_int, is_number, strict_json, utc_now
 
@@ -126,21 +127,6 @@ class ConfigMap:
         if not differing:
             return None
         return "; ".join(f"{k}: map {mine[k]!r}, model {theirs[k]!r}" for k in differing)
-
-
-def _renamed(v: Any) -> Any:
-    """Maps written before `cost` was named `modeled_cost` still load."""
-    if isinstance(v, Mapping) and "cost" in v and "modeled_cost" not in v:
-        return {("modeled_cost" if k == "cost" else k): value for k, value in v.items()}
-    return v
-
-
-def _times(value: float | None, scale: float) -> float | None:
-    return None if value is None else value * scale
-
-
-def _scaled(point: OperatingPoint, scale: float) -> OperatingPoint:
-    return point if scale == 1.0 else replace(point, metric=_times(point.metric, scale))
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -244,7 +230,7 @@ class _Checker:
 
     def point(self, v: Any, where: str, num_layers: int) -> OperatingPoint:
         keys = {"skip_layers", "accept_length", "metric", "modeled_cost"}
-        v = self.mapping(_renamed(v), where, keys, set())
+        v = self.mapping(v, where, keys, set())
         return OperatingPoint(
             skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
             accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
@@ -257,8 +243,7 @@ class _Checker:
                     "draft_vocab_size", "dense"}
         optional = {"alternatives", "notes", "draft_vocab_ids", "routing_prompts", "metric_name", "verdict",
                     "verdict_checks", "drafter"}
-        v = self.mapping(_renamed(v), where, required, optional)
-        scale = 1.0 if "metric_name" in v else 100.0  # maps written before the map named its metric held 0-1
+        v = self.mapping(v, where, required, optional)
         verdict, checks = v.get("verdict"), v.get("verdict_checks") or {}
         if verdict is not None and verdict not in VERDICTS:
             raise self.fail(f"{where}.verdict", f"expected one of {', '.join(VERDICTS)} or null, got {verdict!r}")
@@ -282,16 +267,13 @@ class _Checker:
         return DomainConfig(
             skip_layers=self.layers(v["skip_layers"], f"{where}.skip_layers", num_layers),
             accept_length=self.number(v["accept_length"], f"{where}.accept_length"),  # type: ignore[arg-type]
-            metric=_times(self.number(v["metric"], f"{where}.metric", nullable=True), scale),
+            metric=self.number(v["metric"], f"{where}.metric", nullable=True),
             sparsity=sparsity,  # type: ignore[arg-type]
             modeled_cost=self.number(v["modeled_cost"], f"{where}.modeled_cost"),  # type: ignore[arg-type]
             flops_fraction=self.number(v["flops_fraction"], f"{where}.flops_fraction"),  # type: ignore[arg-type]
             draft_vocab_size=vocab,
-            dense=_scaled(self.point(v["dense"], f"{where}.dense", num_layers), scale),
-            alternatives=tuple(
-                _scaled(self.point(a, f"{where}.alternatives[{i}]", num_layers), scale)
-                for i, a in enumerate(alternatives)
-            ),
+            dense=self.point(v["dense"], f"{where}.dense", num_layers),
+            alternatives=tuple(self.point(a, f"{where}.alternatives[{i}]", num_layers) for i, a in enumerate(alternatives)),
             notes=tuple(notes),
             draft_vocab_ids=self.vocab_ids(v.get("draft_vocab_ids"), f"{where}.draft_vocab_ids", vocab),
             routing_prompts=tuple(prompts),
@@ -371,7 +353,8 @@ def _resolve(path: str | os.PathLike) -> Path:
 
 
 def load_config_map(path: str | os.PathLike) -> ConfigMap:
-    """Read and validate a config map (.yaml/.yml/.json, or a base path: YAML preferred).
+    """Read and validate a config map (.yaml/.yml/.json, or a base path: YAML preferred); a map of an
+    earlier version is read in this version's form (`specsparse.old_formats.current_config_map`).
     Raises ConfigMapError with a one-line message on a malformed file."""
     file = _resolve(path)
     text = file.read_text(encoding="utf-8")
@@ -379,7 +362,7 @@ def load_config_map(path: str | os.PathLike) -> ConfigMap:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise ConfigMapError(f"{file}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {first_line(e)}") from e
-    return _Checker(file).config_map(data)
+    return _Checker(file).config_map(current_config_map(data))
 
 
 # -- merging ---------------------------------------------------------------------------------------

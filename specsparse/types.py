@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,16 +175,9 @@ class Component:
         Drafters derive constructor arguments from theirs, so their class method receives it:
         `from_target` a drafter's (`target`, `vocab_ids` and its `job_context`). Other classes (search
         strategies, runners, loggers) are constructed, with the `context` values their constructor names
-        and the options leave unset (a strategy's `Evaluator.search_context`, a runner's `output_dir`)."""
+        and the options leave unset (a strategy's `SearchContext`, a runner's `output_dir`)."""
         cls = self.cls
         if hasattr(cls, "from_target"):
             return cls.from_target(**context, **self.options)
         params = inspect.signature(cls).parameters
         return cls(**self.options, **{k: v for k, v in context.items() if k in params and k not in self.options})
-
-
-def recorded_class_path(record: Mapping[str, Any], prefix: str = "") -> str | None:
-    """The class dotpath of a component as a record holds it: `asdict` (reproduce.json, store metadata)
-    or a store row's flattened `<prefix>class_path`. Records written before the field was named so call
-    it `target`."""
-    return record.get(f"{prefix}class_path", record.get(f"{prefix}target"))

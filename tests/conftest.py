@@ -33,6 +33,7 @@ for _name, _value in {
 import copy
 import json
 import struct
+from dataclasses import replace
 
 import pytest
 import torch
@@ -233,9 +234,12 @@ def papers(**settings) -> TSSRule:
     return TSSRule(**{"feasibility": "point", "guard": "task", **settings})
 
 
-def search_on(strategy, fn, **kw):
-    """Run `strategy` on the synthetic objective `fn` through the driver, without a progress bar."""
-    return run_search(strategy, evaluate_callable(fn), progress=False, **kw)
+def search_on(strategy, fn, key=None, meta=None, **kw):
+    """Run `strategy` on the synthetic objective `fn` through the driver, without a progress bar (a
+    store's `key` and `meta` of each candidate where given)."""
+    measurer = evaluate_callable(fn)
+    measurer = replace(measurer, **{name: f for name, f in (("key", key), ("meta", meta)) if f is not None})
+    return run_search(strategy, measurer, progress=False, **kw)
 
 
 # -- W&B's offline run files --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ PACKAGE_ORDER = (
     "extras",
     "metrics",
     "data",
+    "old_formats",  # readers of files earlier versions wrote (reads data's packaged domains)
     "decoding",
     "drafters",
     "measuring",
@@ -97,3 +98,11 @@ def test_tests_follow_the_rooms():
     tests = Path(__file__).resolve().parent
     folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name not in ("golden", "__pycache__")}
     assert folders <= set(PACKAGE_ORDER)
+
+
+def test_jobs_reach_the_evaluator_only_through_the_study():
+    """A job measures through its `Study` (`specsparse.study`): no module of jobs/ names the Evaluator."""
+    named = sorted(f"{name}: {alias.name}" for name, path in _modules().items() if _package(name) == "jobs"
+                   for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+                   for alias in node.names if alias.name in ("Evaluator", "Evaluators"))
+    assert named == []

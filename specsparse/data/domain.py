@@ -95,11 +95,10 @@ class Domain:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Domain:
-        """A domain as stored in a job's record: its packaged definition with the recorded fields
-        (records written before the definition held the metric and templates give only the data fields)."""
+        """A domain as a job's record holds it (`asdict`), keys of later versions left out. A record of
+        an earlier version is read through `specsparse.old_formats` first (`current_reproduce`)."""
         known = {f.name for f in fields(cls)}
-        base = DOMAINS.get(record["name"]) or cls(record["name"])
-        return replace(base, **{k: v for k, v in record.items() if k in known})
+        return cls(**{k: v for k, v in record.items() if k in known})
 
     # -- prompts ------------------------------------------------------------------------------
     def examples(self) -> list[Example]:

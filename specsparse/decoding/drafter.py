@@ -1,4 +1,8 @@
-"""The one interface every drafter implements.
+"""The engine's side of a drafter: `Drafter`, the protocol the decoding engine drives, and
+`Proposal`, what a drafter proposes. Nothing here knows of jobs: building a drafter from its config
+options, checking those options, pricing its step and recording it live in
+`specsparse.drafters.base` (`ConfiguredDrafter`, `PlannedJob`), which every drafter of
+`specsparse.drafters` derives from.
 
 Lifecycle for one request (the engine drives it):
 
@@ -19,23 +23,14 @@ measurement that calls it first is a pure function of its inputs.
 Replay (`specsparse.measuring.replay`) scores a drafter against the target's known greedy continuation with no
 target forward: it needs drafters whose proposals depend on the committed context only
 (`replayable`). `replay_drafters` may precompute them for a batch (LM drafters do).
-
-A job validates a drafter's options before anything loads: `check_options` sees the option values
-alone, `check_job` sees them with the job around them (`PlannedJob`: its domain, model and search), and
-`knows_training_replies` / `trains_at_k` say what the job's vocabulary options may ask of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
-
-if TYPE_CHECKING:
-    from specsparse.decoding.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -100,39 +95,10 @@ def tree_from_branches(branches: Sequence[Sequence[int]]) -> Proposal:
     return Proposal.tree(tokens, parents)
 
 
-@dataclass(frozen=True)
-class PlannedJob:
-    """The job a drafter's options are validated in (`Drafter.check_job`), as the validation pass knows
-    it before anything loads.
-
-    domain / domain_limit: the domain's name and `domain.limit` (None: all its examples).
-    model_source / num_layers / vocab_size: the target as the config names it; depth and vocabulary
-        size where the config or a local checkpoint tells them, else None.
-    search: the search strategy's name; trims_vocabulary: it picks a trimmed draft vocabulary.
-    vocab_corpus: the entries of the job's `vocab_corpus`.
-    train_at_k: `vocab_comparison.train_at_k` is asked (a head trained at the searched vocabulary).
-    measured_ids: the ids of the examples the job measures (its calibration and test splits), loaded
-        on first use from `examples`; None where they are not known before the job runs (a Hub set).
-    """
-
-    domain: str
-    model_source: str
-    search: str
-    domain_limit: int | None = None
-    num_layers: int | None = None
-    vocab_size: int | None = None
-    trims_vocabulary: bool = False
-    vocab_corpus: tuple[str, ...] = ()
-    train_at_k: bool = False
-    examples: Callable[[], Iterable[str]] | None = field(default=None, repr=False, compare=False)
-
-    @cached_property
-    def measured_ids(self) -> frozenset[str] | None:
-        return None if self.examples is None else frozenset(self.examples())
-
-
 class Drafter:
-    """Base class; subclasses override what they need."""
+    """What the engine asks of a drafter: the request lifecycle (begin, propose, observe,
+    observe_features, reset, close), replay's per-prompt drafters, and the flags below. Subclasses
+    override what they need; drafters a job builds derive from `specsparse.drafters.base.ConfiguredDrafter`."""
 
     name: str = "drafter"
     # Proposals are a deterministic function of the committed context. Not so for drafters that learn
@@ -142,71 +108,9 @@ class Drafter:
     # Proposals may be trees (`Proposal.parents`): greedy verification only, and the engine measures
     # them when the drafter is not replayable (lockstep batches take chains).
     drafts_trees: bool = False
-    # Drafts through an LM head that a trimmed vocabulary (`vocab_ids`, search=tpe_vocab) can cut.
-    trims_vocabulary: bool = False
-    # `from_target` keywords the job provides (`Evaluator.drafter_factory`): "exclude_ids", the example
-    # ids of the job's domain's calibration and test splits, which nothing the drafter learns before
-    # it is measured (a corpus, a warm table, training data) may come from; "verification_costs", a
-    # callable giving the cost profile's verification cost by input count over a one-token forward.
-    job_context: tuple[str, ...] = ()
     # Target hidden states the drafter reads (`ModelSession` feature_layers; `FINAL_HIDDEN` is the
     # final-norm output), or None.
     feature_layers: tuple[int, ...] | None = None
-
-    @classmethod
-    def from_target(cls, target: LoadedModel, vocab_ids: list[int] | None = None, **options) -> Drafter:
-        """Build the drafter for `target` (what configs instantiate). Drafters without an LM head
-        cannot take a trimmed vocabulary."""
-        if vocab_ids is not None:
-            raise ValueError(
-                f"drafter {cls.name!r} has no LM head, so it cannot use a trimmed vocabulary: "
-                "use drafter=self_skip, drafter=draft_model or drafter=eagle for vocabulary trimming"
-            )
-        return cls(**options)
-
-    @classmethod
-    def check_options(cls, **options: Any) -> None:
-        """ValueError for option values this drafter would refuse, found without a model (config
-        validation calls it before anything loads). A drafter built from its options alone builds
-        one; drafters that need the target override this."""
-        if cls.from_target.__func__ is Drafter.from_target.__func__:
-            cls(**options)
-
-    @classmethod
-    def check_job(cls, options: Mapping[str, Any], job: PlannedJob) -> None:
-        """ValueError (one line, the whole message) for options this drafter refuses in `job`, found
-        without a model: checks that need the job's domain, model or search (a checkpoint trained on
-        the prompts the job measures, a head the search cannot trim). Called after `check_options`,
-        with the options as the job resolved them (paths absolute)."""
-
-    @classmethod
-    def knows_training_replies(cls, options: Mapping[str, Any]) -> bool:
-        """Whether the drafter these options make knows the replies it was trained on (its
-        `training_responses`): what `vocab_corpus` entry drafter_responses reads."""
-        return False
-
-    @classmethod
-    def trains_at_k(cls, options: Mapping[str, Any]) -> bool:
-        """Whether these options hold a training recipe that `vocab_comparison.train_at_k` can rerun
-        at the searched vocabulary."""
-        return False
-
-    def head_shape(self) -> tuple[int, int, float]:
-        """For drafters with an LM head: (full vocabulary, hidden size, matmul FLOPs per drafted
-        token outside the head), which the vocabulary search's latency model prices."""
-        raise ValueError(f"drafter {self.name!r} has no LM head: vocabulary search needs self_skip, draft_model or eagle")
-
-    @property
-    def cost_key(self) -> str:
-        """What the cost profile stores this drafter's measured step time under (drafters whose
-        options change their step cost name them here)."""
-        return self.name
-
-    def head_calls(self, k: int) -> int | None:
-        """How many single-token LM-head products a `propose(k)` computes, for a drafter whose step
-        is its body plus those (the cost profile then times the body once and prices the head per
-        row, so every trimmed vocabulary is priced alike); None: its whole step is timed."""
-        return None
 
     def reset(self) -> None:
         """Forget state carried across requests."""
@@ -242,11 +146,6 @@ class Drafter:
 
     def observe_features(self, features: torch.Tensor) -> None:
         """The target's features [m, features] of the next m context positions (feature drafters)."""
-
-    def recorded_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The options, built from, that rebuild this drafter as it is (what a config map records for
-        serving). A drafter whose options hold a recipe (EAGLE's `train`) records what it made."""
-        return dict(options)
 
     def close(self) -> None:
         """Release per-request resources (caches)."""

@@ -23,6 +23,12 @@ measurements record the path that made them. In bfloat16 a verification is not l
 one-token decoding on either path: attention over several queries rounds differently from one query
 at a time (the packed bfloat16 products themselves give every row the same result at any row count).
 
+Memory: the checkpoint is memory-mapped (`models.load_model`) and packed one decoder layer at a time;
+once a layer's packed copies exist, the file pages of its original weights are dropped from the
+process's memory (`release_file_pages`: they stay in the file, and a later read of a weight still in
+use, such as the input embedding, faults its pages back in), so a packed copy never sits beside its
+original and the peak stays near eager's.
+
 Maps that read one input are packed as one product (`FusedProjection`): q/k/v of attention and
 gate/up of the MLP. Each map's module becomes a `FusedPart`, a slice of the shared product computed
 once per input, so HF's modules, batched rows and the lean decode step (`lean_step.py`) read one
@@ -34,8 +40,12 @@ them.
 from __future__ import annotations
 
 import copy
+import ctypes
 import logging
+import mmap
+import sys
 import time
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -228,17 +238,58 @@ def prepack_linears(module: nn.Module) -> int:
 def use_forward_path(model: nn.Module, path: str) -> None:
     """Put a loaded model on `path` ("eager" or "fast", as `resolve_forward_path` gives it), once, at
     load. Fast packs every linear map of its decoder layers (q/k/v and gate/up fused) and a copy of its
-    LM head (which stays as it is where the input embedding shares its weight)."""
+    LM head (which stays as it is where the input embedding shares its weight), a layer at a time,
+    releasing the file pages of what it packed (`release_file_pages`)."""
     if path == "fast":
         start = time.perf_counter()
-        layers = decoder_layers(model)
-        count = sum(len(projection.slices) for layer in layers for projection in fuse_projections(layer).values())
-        count += prepack_linears(layers)
+        count = 0
+        for layer in decoder_layers(model):
+            originals = [m.weight for m in layer.modules() if type(m) is nn.Linear]
+            count += sum(len(projection.slices) for projection in fuse_projections(layer).values())
+            count += prepack_linears(layer)
+            release_file_pages(originals)
         # In __dict__, not as a submodule: the model's parameters and state dict stay as loaded.
         head = model.get_output_embeddings()
         model.__dict__[_ATTRIBUTE] = PrepackedLinear(head.weight, head.bias)
+        release_file_pages([head.weight])
         log.info("fast forward path: %d linear maps and the LM head packed for oneDNN in %.1f s",
                  count, time.perf_counter() - start)
+
+
+# Where a memory-mapped checkpoint's pages can be dropped (`release_file_pages`); elsewhere the fast
+# path reads the checkpoint into memory instead (`models.load_model`), so packing frees the originals.
+RELEASES_FILE_PAGES = sys.platform == "linux"
+_MADV_DONTNEED = 4
+
+
+def release_file_pages(tensors: Iterable[torch.Tensor]) -> int:
+    """Drop from this process's memory the pages of `tensors` that a private read-only file mapping
+    backs (a memory-mapped checkpoint); returns the bytes released. Such pages are clean copies of the
+    file: a later read faults them back in unchanged. Memory that is not file-backed (or a platform
+    without /proc/self/maps) is left alone, so a tensor still in use never loses its contents."""
+    if not RELEASES_FILE_PAGES:
+        return 0
+    mappings = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[1].startswith("r") and fields[1][3] == "p" and fields[5].startswith("/"):
+                low, high = (int(x, 16) for x in fields[0].split("-"))
+                mappings.append((low, high))
+    page = mmap.PAGESIZE
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    released = 0
+    for tensor in tensors:
+        if tensor.device.type != "cpu" or tensor.is_mkldnn:
+            continue
+        start = tensor.data_ptr()
+        end = start + tensor.numel() * tensor.element_size()  # contiguous: a loaded weight
+        first, last = -(-start // page) * page, end // page * page  # whole pages inside the tensor only
+        if last > first and any(low <= first and last <= high for low, high in mappings):
+            if madvise(first, last - first, _MADV_DONTNEED) == 0:
+                released += last - first
+    return released
 
 
 def is_fast(model: nn.Module) -> bool:

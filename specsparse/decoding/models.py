@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specsparse.decoding.forward_path import forward_path_of, resolve_forward_path, use_forward_path
+from specsparse.decoding.forward_path import RELEASES_FILE_PAGES, forward_path_of, resolve_forward_path, use_forward_path
 from specsparse.util import file_sha256
 
 log = logging.getLogger(__name__)
@@ -128,10 +128,11 @@ def load_model(
             identity["config_sha256"] = file_sha256(Path(source) / "config.json")[:16]
     try:
         with _quiet_loading():
-            # The fast path packs a copy of each weight and drops the original: read into memory, the
-            # originals are freed; memory-mapped, their file pages would stay resident beside the copies.
+            # The fast path packs a copy of each weight and releases the original's file pages where it
+            # can (`release_file_pages`); elsewhere it reads the checkpoint into memory, so the originals are
+            # freed, where memory-mapped their file pages would stay resident beside the copies.
             model = AutoModelForCausalLM.from_pretrained(
-                directory, dtype=torch_dtype, disable_mmap=path == "fast").to(device).eval()
+                directory, dtype=torch_dtype, disable_mmap=path == "fast" and not RELEASES_FILE_PAGES).to(device).eval()
             tokenizer = AutoTokenizer.from_pretrained(directory)
     except OSError as err:
         raise ModelLoadError(

@@ -1,6 +1,9 @@
-"""Drafters propose chains (or trees) of tokens for the target to verify. All share `Drafter` (see specsparse/decoding/drafter.py)."""
+"""Drafters propose chains (or trees) of tokens for the target to verify. The engine drives each through
+`Drafter` (specsparse/decoding/drafter.py); a job builds, checks, prices and records each through
+`ConfiguredDrafter` (base.py), which every drafter here derives from."""
 
 from specsparse.decoding.drafter import Drafter, Proposal
+from specsparse.drafters.base import ConfiguredDrafter, PlannedJob
 from specsparse.drafters.draft_model import DraftModelDrafter
 from specsparse.drafters.eagle import EagleDrafter
 from specsparse.drafters.pld import PromptLookupDrafter
@@ -18,9 +21,11 @@ DRAFTERS: dict[str, str] = {
 
 __all__ = [
     "DRAFTERS",
+    "ConfiguredDrafter",
     "DraftModelDrafter",
     "Drafter",
     "EagleDrafter",
+    "PlannedJob",
     "PromptLookupDrafter",
     "Proposal",
     "SelfSkipDrafter",

@@ -22,9 +22,10 @@ from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.forward_path import head_rows, is_fast
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import decoder_layers
+from specsparse.drafters.base import ConfiguredDrafter
 
 
-class LMDrafter(Drafter):
+class LMDrafter(ConfiguredDrafter):
     """Greedy (or, with temperature > 0, sampled) chain drafts from a causal LM."""
 
     name = "lm"

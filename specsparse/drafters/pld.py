@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
-from specsparse.decoding.drafter import Drafter, Proposal, tree_from_branches
+from specsparse.decoding.drafter import Proposal, tree_from_branches
+from specsparse.drafters.base import ConfiguredDrafter
 
 
-class PromptLookupDrafter(Drafter):
+class PromptLookupDrafter(ConfiguredDrafter):
     """N-gram prompt lookup, proposing exactly what HF's `PromptLookupCandidateGenerator` proposes.
 
     For n from `max_ngram_size` down to `min_ngram_size`, take the last n tokens of the context and
@@ -37,6 +41,11 @@ class PromptLookupDrafter(Drafter):
     @property
     def drafts_trees(self) -> bool:  # type: ignore[override]
         return self.branches > 1
+
+    @classmethod
+    def drafts_trees_with(cls, options: Mapping[str, Any]) -> bool:
+        """More than one of `branches` drafts trees."""
+        return (options.get("branches") or 1) > 1
 
     def reset(self) -> None:
         self._ids = []

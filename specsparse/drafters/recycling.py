@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
 from specsparse.data.corpus import corpus_token_ids
-from specsparse.decoding.drafter import Drafter, Proposal
+from specsparse.decoding.drafter import Proposal
+from specsparse.drafters.base import ConfiguredDrafter
 from specsparse.util import content_hash
 
 MAX_TOP_K = 256
@@ -47,7 +49,7 @@ def sized_widths(max_nodes: int, depth: int, top_k: int) -> tuple[int, ...]:
     return best
 
 
-class TokenRecyclingDrafter(Drafter):
+class TokenRecyclingDrafter(ConfiguredDrafter):
     """Chain or tree drafts from an adjacency matrix of each token's top-k successors.
 
     `adj[t]` holds the top-k tokens the target predicted after `t` the last time `t` was verified
@@ -107,6 +109,11 @@ class TokenRecyclingDrafter(Drafter):
         cls(vocab_size=1, top_k=top_k, tree=None if tree == SIZED else tree)  # the vocabulary comes from the target
         if warm_start and not warm_corpus:
             raise ValueError("warm_start needs a warm_corpus to warm from: give one (e.g. [builtin]) or warm_start=false")
+
+    @classmethod
+    def drafts_trees_with(cls, options: Mapping[str, Any]) -> bool:
+        """A `tree` (widths, or sized) drafts trees."""
+        return bool(options.get("tree"))
 
     def __init__(self, vocab_size: int, top_k: int = 8, tree: Sequence[int] | None = None,
                  initial: torch.Tensor | None = None, max_nodes: int | None = None) -> None:

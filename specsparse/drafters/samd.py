@@ -4,11 +4,13 @@ automaton) or in a text corpus (a static one)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
 from specsparse.decoding.drafter import Drafter, Proposal
+from specsparse.drafters.base import ConfiguredDrafter
 
 SEPARATOR = -1  # between corpus documents: no token matches it, so a match never spans two documents
 
@@ -86,7 +88,7 @@ class SuffixAutomaton:
         self.last = cur
 
 
-class SuffixAutomatonDrafter(Drafter):
+class SuffixAutomatonDrafter(ConfiguredDrafter):
     """SAM-Decoding: suffix-automaton retrieval over the request's context and, optionally, a corpus.
 
     The dynamic automaton is built incrementally over prompt + committed tokens; the drafter tracks
@@ -116,7 +118,7 @@ class SuffixAutomatonDrafter(Drafter):
         `TokenRecyclingDrafter`).
         corpus: entries of the static automaton's texts, as `specsparse.data.corpus` reads them
         ("builtin", "builtin:<domain>", a .jsonl, a saved `datasets` folder, "hf:<id>"); () for
-        none. exclude_ids: given by a job (`Drafter.job_context`), its domain's calibration and test
+        none. exclude_ids: given by a job (`ConfiguredDrafter.job_context`), its domain's calibration and test
         examples, kept out of the corpus and the warm table."""
         super().from_target(target, vocab_ids)  # rejects a trimmed vocabulary
         from specsparse.drafters.recycling import TokenRecyclingDrafter  # noqa: PLC0415
@@ -138,6 +140,11 @@ class SuffixAutomatonDrafter(Drafter):
         cls(min_match=min_match)
         if recycling_fallback:
             TokenRecyclingDrafter.check_options(top_k=recycling_top_k, tree=recycling_tree)
+
+    @classmethod
+    def drafts_trees_with(cls, options: Mapping[str, Any]) -> bool:
+        """A `recycling_tree` (widths, or sized) drafts trees."""
+        return bool(options.get("recycling_tree"))
 
     def __init__(self, min_match: int = 2, fallback: Drafter | None = None, corpus: SuffixAutomaton | None = None) -> None:
         if min_match < 1:

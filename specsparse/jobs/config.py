@@ -11,8 +11,10 @@ job settings are checked (with the value checks of `specsparse.jobs.checks`, the
 protected layers against the model's layer count, domains and data files, impossible resources) and
 raises `ConfigError` with a one-line message. Group options name their code with `_target_`
 (public dotpaths, resolved by `specsparse.util.locate`); there is no second registry. Each class checks
-what is its own: a drafter its options (`Drafter.check_options`) and its place in the job
-(`Drafter.check_job`, given a `PlannedJob`), a search what it asks of the drafter (`trims_vocabulary`).
+what is its own: a drafter its options (`ConfiguredDrafter.check_options`, and `drafts_trees_with`
+for what they draft) and its place in the job (`ConfiguredDrafter.check_job`, given a `PlannedJob`), a
+search what it asks of the drafter (`trims_vocabulary`), the TSS rule its settings against the model's
+depth (`TSSRule.check`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specsparse.data.corpus import KEYWORDS as CORPUS_KEYWORDS
-from specsparse.decoding.drafter import Drafter, PlannedJob
+from specsparse.drafters.base import ConfiguredDrafter, PlannedJob
 from specsparse.extras import MissingExtraError, require_installed
 from specsparse.jobs import objectives
 from specsparse.jobs.checks import (
@@ -41,11 +43,11 @@ from specsparse.jobs.checks import (
 from specsparse.jobs.data_checks import corpus_entries, domain_spec
 from specsparse.jobs.model_checks import ModelInfo, check_layers, cost_profile, model_info
 from specsparse.jobs.objectives import checked_objective, checked_objective_timing
-from specsparse.jobs.vocab_comparison import VocabComparisonSpec
 from specsparse.measuring.evaluation import EvaluationSpec, MeasureSpec
 from specsparse.measuring.measure import MODES
 from specsparse.search.base import LayerSkipSearch, SearchStrategy
 from specsparse.search.rule import TSSRule
+from specsparse.study.vocab_comparison import VocabComparisonSpec
 from specsparse.types import Component, GenerationConfig
 from specsparse.util import first_line, is_int, locate, network_filesystem
 
@@ -123,7 +125,7 @@ def build_plan(
     measure = _measure(config.get("measure") or {})
     drafter = _drafter(config["drafter"], model, cwd_path)
     domain, data = domain_spec(config["domain"], cwd_path, flag_option(config, "evaluate_test"))
-    if generation.temperature > 0 and _drafts_trees(drafter.options):
+    if generation.temperature > 0 and drafter.cls.drafts_trees_with(drafter.options):
         raise ConfigError(f"drafter {drafter.name} drafts token trees, which verify greedily only: use "
                           "generation.temperature=0, or chains (leave out the drafter's tree / branches options)")
     search, max_measurements = _search(config["search"], model, drafter)
@@ -170,10 +172,6 @@ def build_plan(
         overrides=tuple(overrides),
         data=data,
     )
-
-
-def _drafts_trees(options: Mapping[str, Any]) -> bool:
-    return any(options.get(k) for k in ("tree", "tree_choices", "recycling_tree")) or (options.get("branches") or 1) > 1
 
 
 def _planned_job(evaluation: EvaluationSpec, model: ModelInfo, search: Component,
@@ -281,7 +279,7 @@ def _locate(class_path: str, group: str, base: type | None = None) -> Any:
 
 def _drafter(cfg: Mapping[str, Any], model: ModelInfo, cwd: Path) -> Component:
     class_path, options = _split_target(cfg, "drafter")
-    cls = _locate(class_path, "drafter", Drafter)
+    cls = _locate(class_path, "drafter", ConfiguredDrafter)
     # from_target(target, vocab_ids, **options) either names its options or forwards them to __init__.
     params = inspect.signature(cls.from_target).parameters.values()
     where = cls.__init__ if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params) else cls.from_target
@@ -350,7 +348,8 @@ def _search(cfg: Mapping[str, Any], model: ModelInfo, drafter: Component) -> tup
 
 
 def _tss_rule(value: Any, model: ModelInfo) -> TSSRule:
-    """A layer-skip search's `rule`: the `tss` group (`rule: ${tss}` in conf/search/), checked key by key."""
+    """A layer-skip search's `rule`: the `tss` group (`rule: ${tss}` in conf/search/), checked key by key,
+    then against the model's depth where it is known (`TSSRule.check`)."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"search.rule={value!r}: give the tss settings (rule: ${{tss}})")
     unknown = unknown_options(TSSRule, value)
@@ -359,17 +358,16 @@ def _tss_rule(value: Any, model: ModelInfo) -> TSSRule:
     check_option_types(TSSRule, value, "tss")
     if "protect_layers" in value:
         check_layers(value["protect_layers"], "tss.protect_layers", model, skip_set=False)
-        if model.num_layers is not None and len(set(value["protect_layers"])) >= model.num_layers:
-            raise ConfigError(f"tss.protect_layers protects all {model.num_layers} layers of {model.name}, so the "
-                              "search has nothing to skip: leave at least one layer unprotected")
-    depth = value.get("max_depth")
-    if model.num_layers is not None and isinstance(depth, int) and depth > model.num_layers:
-        raise ConfigError(f"tss.max_depth={depth}: {model.name} has {model.num_layers} layers, so a skip set holds at "
-                          f"most {model.num_layers}: give tss.max_depth <= {model.num_layers}")
     try:
-        return TSSRule(**value)
+        rule = TSSRule(**value)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"tss: {first_line(err)}") from None
+    if model.num_layers is not None:
+        try:
+            rule.check(model.num_layers, model.name)
+        except ValueError as err:
+            raise ConfigError(first_line(err)) from None
+    return rule
 
 
 def _component(cfg: Mapping[str, Any], group: str, required: str | None = None) -> Component:

@@ -7,9 +7,10 @@ the held-out test split, and write the domain config map, the measured configura
 
 A finished job is a `JobResult` (specsparse.jobs.result); `specsparse.jobs.outputs` writes it.
 
-`run_job` is the recipe; a `specsparse.study.Study` does the measuring (store keys, pricing, an
-Evaluator per split), the runner measures (`specsparse.study.runners`), and everything is written
-from this process, so results do not depend on which runner measured them.
+`run_job` is the recipe over a `specsparse.study.Study`, the job's only handle on measuring (store
+keys, pricing, the search context, the draft vocabulary); the runner measures
+(`specsparse.study.runners`), and everything is written from this process, so results do not depend on
+which runner measured them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import logging
 import sys
 import time
 from dataclasses import replace
-from functools import partial
-from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from specsparse.jobs.config import ConfigError, JobPlan
 from specsparse.jobs.outputs import write_job_outputs
 from specsparse.jobs.reproduce import cost_profiles, reproduce_record
 from specsparse.jobs.result import JobResult
-from specsparse.jobs.vocab_comparison import VocabComparisonSpec, compare_vocabularies
 from specsparse.measuring.evaluation import EvaluationSpec
 from specsparse.measuring.timing import SideBySide
 from specsparse.search.base import SearchResult
@@ -37,6 +35,7 @@ from specsparse.study.driver import OnTold
 from specsparse.study.runners import Runner
 from specsparse.study.store import ResultsStore
 from specsparse.study.study import Study
+from specsparse.study.vocab_comparison import VocabComparisonSpec
 from specsparse.types import Candidate, Component
 from specsparse.util import atomic_write_text, first_line, strict_json, utc_now
 
@@ -61,12 +60,12 @@ def run_job(
     vocab_comparison (search=tpe_vocab): then the vocabulary paper's comparison on the test split.
     objective_timing (calibration prompts, repeats): time plain decoding, dense and the pick side by side on
     the calibration split, for a sweeper's objective (a select="measured" timing already holds them).
-    Whatever needs the model runs through the runner (`Study.call`), where it measures."""
+    Whatever needs the model runs through the Study, where its runner measures."""
     start = time.perf_counter()
     study = Study(spec, runner, store, progress, on_told)
-    context = study.call("calibration", methodcaller("search_context", search.cls.context_arguments))
+    context = study.search_context(search.cls.context_arguments)
     try:
-        strategy = search.build(**context)
+        strategy = context.build(search)
     except (TypeError, ValueError) as err:  # option values only a model and its data can check
         raise ConfigError(f"search {search.name}: {first_line(err)}") from None
     result = study.search(strategy, max_measurements)
@@ -84,8 +83,7 @@ def run_job(
     test_dense = test_selected = timing = draws_test = compared = None
     if evaluate_test:
         if vocab_comparison is not None:  # its side-by-side timing holds plain, dense and selected too
-            compared, timing = study.call("test", partial(compare_vocabularies, strategy=strategy, options=vocab_comparison,
-                                                          timing_prompts=timing_prompts, progress=progress))
+            compared, timing = study.compare_vocabularies(strategy, vocab_comparison, timing_prompts, progress)
         test_dense, test_selected = study.measure([result.baseline, result.selected], "test")
         timing = timing or study.time("test", {"dense": result.baseline} | (
             {} if result.selected == result.baseline else {"selected": result.selected}), timing_prompts, progress=progress)
@@ -94,15 +92,15 @@ def run_job(
     vocab_size = result.selected.vocab_size
     job = JobResult(
         domain=spec.domain.name, search_result=result, test_dense=test_dense, test_selected=test_selected,
-        output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=context["num_layers"],
+        output_dir=Path(output_dir), wall_time_s=time.perf_counter() - start, num_layers=context.num_layers,
         description=study.description("calibration"), timing=timing, eps_metric=getattr(strategy, "rule", TSSRule()).eps_metric,
         metric=spec.domain.metric, guard=strategy.quality_guard(), draws_test=draws_test,
         vocab_comparison=compared, cost_profiles=cost_profiles(runner), calibration_timing=calibration_timing,
-        recorded_drafter=study.call("calibration", attrgetter("recorded_drafter")),
-        draft_vocab_ids=None if vocab_size is None else tuple(study.call("calibration", methodcaller("vocab_ids", vocab_size))),
+        recorded_drafter=study.recorded_drafter,
+        draft_vocab_ids=None if vocab_size is None else tuple(study.vocabulary.ids(vocab_size)),
+        vocab_corpus=study.vocabulary.provenance if strategy.trims_vocabulary else None,
     )
-    write_job_outputs(job, study.call("calibration", attrgetter("examples")),
-                      study.call("test", attrgetter("examples")) if evaluate_test else ())
+    write_job_outputs(job, study.examples("calibration"), study.examples("test") if evaluate_test else ())
     return job
 
 

@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsparse.data import Domain
-from specsparse.data.corpus import corpus_domains
-from specsparse.drafters.eagle.recipe import recipe_from_options, training_domains
 from specsparse.measuring.fidelity import NAME as FIDELITY
 from specsparse.measuring.fidelity import fidelity_interval
 from specsparse.measuring.intervals import comparison, paired_ratios
@@ -38,10 +35,11 @@ class JobResult:
     metric: str | None = None  # the domain's metric (a `specsparse.metrics.METRICS` name)
     guard: dict[str, Any] = field(default_factory=lambda: dict(TASK_GUARD))  # the search's
     draws_test: list[Measurement] | None = None  # random search: every draw on the test split
-    vocab_comparison: dict[str, Any] | None = None  # `specsparse.jobs.vocab_comparison.compare_vocabularies`
+    vocab_comparison: dict[str, Any] | None = None  # `specsparse.study.vocab_comparison.compare_vocabularies`
     cost_profiles: list[dict[str, Any]] = field(default_factory=list)  # the profiles that priced the search
     recorded_drafter: Component | None = None  # the drafter as measured, class and options (serving rebuilds it)
     draft_vocab_ids: tuple[int, ...] | None = None  # the selected trimmed head's token ids (None: the full head)
+    vocab_corpus: dict[str, Any] | None = None  # a vocabulary search's corpus (`DraftVocabulary.provenance`)
 
     def summary(self) -> dict[str, Any]:
         """The job's headline numbers (what tables and W&B summaries are built from). Metrics are on
@@ -95,7 +93,7 @@ class JobResult:
             "alternatives": [list(c.skip_layers) for c, _ in s.alternatives],
             "notes": list(s.notes),
             "info": {k: v for k, v in s.info.items() if isinstance(v, (int, float, str, list, type(None)))},
-            "vocab_corpus": self.vocab_corpus(),
+            "vocab_corpus": self.vocab_corpus,
             "vocab_comparison": self.vocab_comparison,
             "job_wall_time_s": self.wall_time_s,
         })
@@ -111,22 +109,6 @@ class JobResult:
         return {"draws": len(draws), "best_draw": self.search_result.info["best_draw"],
                 "calibration": _draw_statistics(calibration),
                 "test": None if self.draws_test is None else _draw_statistics(self.draws_test)}
-
-    def vocab_corpus(self) -> dict[str, Any] | None:
-        """For a vocabulary search: the corpus the kept ids were counted on, the domains it holds,
-        and whether this job's domain is among them (in domain) or not (out of domain)."""
-        if self.search_result.strategy not in ("tpe_vocab", "joint_vocab"):
-            return None
-        entries = list(self.description.get("vocab_corpus") or ())
-        train = (self.description.get("drafter") or {}).get("options", {}).get("train")
-        drafter_domains = None
-        if train:  # the head the job trained held out the prompts it measures (a whole set at domain.limit=null)
-            spec = self.description["domain"]
-            measured = Domain.from_record(spec).load("all")
-            drafter_domains = training_domains(recipe_from_options(train).holding_out(ex.id for ex in measured))
-        domains = corpus_domains(entries, self.domain, drafter_domains)
-        return {"entries": entries, "domains": None if domains is None else sorted(domains),
-                "in_domain": None if domains is None else self.domain in domains}
 
     def held_out(self) -> dict[str, Any]:
         """Whether the selection held on the test split, judged by intervals, never point estimates:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specsparse.old_formats import current_summary
 from specsparse.util import atomic_write_text
 
 NA = "n/a"
@@ -30,7 +31,8 @@ def sweep_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """One row (COLUMNS) per job folder under `sweep_dir` (one with a summary.json or reproduce.json).
     Test split numbers; measured_speedup_vs_plain is the selected over plain decoding (the dense pick's
     when the search kept dense), measured_speedup the selected over dense, each with its 95% interval.
-    Keys a summary lacks (older files) are None, the metric name "n/a"."""
+    A summary of an earlier version is read in this version's form (`specsparse.old_formats`); keys a
+    summary lacks are None, the metric name "n/a"."""
     sweep = Path(sweep_dir)
     folders = {f.parent for name in ("summary.json", "reproduce.json") for f in sweep.rglob(name)
                if not {"wandb", "ray_tune"} & set(f.relative_to(sweep).parts)}
@@ -47,9 +49,7 @@ def record_failure(job_dir: Path, message: str, overrides: Sequence[str] = ()) -
 
 
 def _row(job: str, folder: Path) -> dict[str, Any]:
-    from specsparse.jobs.outputs import upgrade_summary  # noqa: PLC0415 - only when the sweep ends
-
-    summary = upgrade_summary(_read_json(folder / "summary.json"))
+    summary = current_summary(_read_json(folder / "summary.json"))
     reproduce = _read_json(folder / "reproduce.json")
     error = reproduce.get("error") if reproduce.get("status") == "failed" else None
     test = summary.get("test") or {}

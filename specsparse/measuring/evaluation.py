@@ -14,19 +14,16 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import torch
 
 from specsparse.data import Domain, get_domain
-from specsparse.data.corpus import builtin_responses, is_keyword, load_responses
-from specsparse.decoding.drafter import Drafter
 from specsparse.decoding.models import LoadedModel, load_model_cached
+from specsparse.drafters.base import ConfiguredDrafter
 from specsparse.measuring.measure import Continuations, EarlyReject, measure_many
 from specsparse.measuring.pricing import Pricer
 from specsparse.measuring.profile import pinned_profile, profile_for
-from specsparse.measuring.profile_fit import CostProfile
-from specsparse.measuring.vocab import CoverageCurve, coverage_curve, head_latency_reduction, token_frequencies, top_k_ids
+from specsparse.measuring.vocabulary import DraftVocabulary
 from specsparse.types import Candidate, Component, GenerationConfig, Measurement
 from specsparse.util import content_hash
 
@@ -63,7 +60,6 @@ class EvaluationSpec:
         return replace(self, split=split)
 
 
-
 class Evaluator:
     """Measures candidates for one EvaluationSpec. `calibration`: the Evaluator of the spec's
     calibration split, whose vocabulary a trimmed head keeps on every split (made when needed)."""
@@ -87,9 +83,6 @@ class Evaluator:
         self.recorded_drafter = Component(spec.drafter.class_path, built.recorded_options(spec.drafter.options))
 
     # -- measuring -----------------------------------------------------------------------------
-    def evaluate(self, candidate: Candidate, thresholds: tuple | None = None, progress: bool = True) -> Measurement:
-        return self.evaluate_many([candidate], thresholds, progress)[0]
-
     def evaluate_many(
         self, candidates: Sequence[Candidate], thresholds: tuple | None = None, progress: bool = True
     ) -> list[Measurement]:
@@ -103,17 +96,17 @@ class Evaluator:
             continuations=self.continuations, early_reject=early, progress=progress,
             description=f"{self.domain.name} {candidates[0].label}" if len(candidates) == 1 else "",
         )
-        return [self.price(c, m) for c, m in zip(candidates, measurements)]
+        return [self.pricer.price(c, m) for c, m in zip(candidates, measurements)]
 
-    def drafter_factory(self, vocab_size: int | None) -> Callable[[], Drafter]:
+    def drafter_factory(self, vocab_size: int | None) -> Callable[[], ConfiguredDrafter]:
         """Makes new drafters of this spec, with the vocabulary of `vocab_size` chosen on this split."""
-        vocab_ids = None if vocab_size is None else self.vocab_ids(vocab_size)
+        vocab_ids = None if vocab_size is None else self.vocabulary.ids(vocab_size)
         drafter = self.spec.drafter
 
         def verification_costs() -> tuple[float, ...]:  # the profile loads only when a drafter reads them
             return self.pricer.verification_costs()
 
-        provided = {  # what a drafter may ask of the job (`Drafter.job_context`)
+        provided = {  # what a drafter may ask of the job (`ConfiguredDrafter.job_context`)
             "exclude_ids": lambda: self.measured_ids,
             "verification_costs": lambda: verification_costs,
         }
@@ -124,53 +117,17 @@ class Evaluator:
     def measured_ids(self) -> tuple[str, ...]:
         """The ids of this domain's calibration and test examples, whatever this evaluator's split:
         what a job measures, so nothing a drafter learns before it is measured (a corpus, a warm
-        table, a trained head: `Drafter.job_context`) comes from them."""
+        table, a trained head: `ConfiguredDrafter.job_context`) comes from them."""
         return tuple(ex.id for split in ("calibration", "test") for ex in self.spec.domain.load(split))
 
     @functools.cached_property
-    def test_ids(self) -> tuple[str, ...]:
-        """The ids of this domain's test split (whatever this evaluator's split): kept out of `vocab_corpus`."""
-        return tuple(ex.id for ex in self.spec.domain.load("test"))
-
-    def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
-        """`measurement` priced by this evaluator's `pricer` (never by a stored timing): runners price what
-        they measure with it, and the driver what the store serves."""
-        return self.pricer.price(candidate, measurement)
-
-    @functools.cached_property
     def pricer(self) -> Pricer:
-        """Prices this job's measurements with `profile` and this spec's drafter (one per evaluator)."""
-        return Pricer(self.profile, self.target.num_layers, lambda vocab_size: self.drafter_factory(vocab_size)())
-
-    @functools.cached_property
-    def profile(self) -> CostProfile:
-        """The pinned profile (`spec.cost_profile`) when there is one, else this machine's."""
-        if self.spec.cost_profile is not None:
-            return pinned_profile(self.spec.cost_profile, self.target.model)
-        return profile_for(self.target.model)
-
-    # -- vocabulary trimming -------------------------------------------------------------------
-    @functools.cached_property
-    def corpus_token_ids(self) -> list[list[int]]:
-        """Token ids of each text of the `vocab_corpus` of assistant responses, built from the
-        *calibration* split whatever this evaluator's split: the vocabulary is chosen there, and the
-        test split measures exactly those ids. No text of the test split enters (`specsparse.data.corpus`)."""
-        if self.spec.split != "calibration":
-            return self.calibration.corpus_token_ids
-        texts: list[str] = []
-        for entry in self.spec.vocab_corpus:
-            if entry == "dense_outputs":
-                texts += [p.output_text for p in self.evaluate(Candidate(), progress=False).per_prompt]
-            elif entry == "references":
-                texts += [ref for ex in self.examples for ref in ex.references[:1]]
-            elif entry == "drafter_responses":
-                texts += load_responses(str(self.drafter_factory(None)().training_responses))
-            elif is_keyword(entry):  # the built-in sets
-                texts += builtin_responses(entry, exclude_ids=self.test_ids)
-            else:
-                texts += load_responses(entry)
-        tokenizer = self.target.tokenizer
-        return [tokenizer(text, add_special_tokens=False).input_ids for text in texts]
+        """Prices this job's measurements (never by a stored timing) with the pinned cost profile
+        (`spec.cost_profile`) when there is one, else this machine's, and this spec's drafter: runners
+        price what they measure with it, and the Study what the store serves."""
+        profile = (profile_for(self.target.model) if self.spec.cost_profile is None
+                   else pinned_profile(self.spec.cost_profile, self.target.model))
+        return Pricer(profile, self.target.num_layers, lambda vocab_size: self.drafter_factory(vocab_size)())
 
     @property
     def calibration(self) -> Evaluator:
@@ -182,51 +139,12 @@ class Evaluator:
         return self._calibration
 
     @functools.cached_property
-    def token_counts(self) -> dict[int, int]:
-        """Token frequencies of the corpus (`corpus_token_ids`)."""
-        return dict(token_frequencies(self.corpus_token_ids))
-
-    def vocab_ids(self, k: int) -> list[int]:
-        vocab_size = self.target.model.config.vocab_size
-        if not 1 <= k <= vocab_size:
-            raise ValueError(f"vocab_size {k} out of range 1..{vocab_size}")
-        ids = top_k_ids(self.token_counts, k, vocab_size).tolist()
-        # End-of-sequence tokens must stay draftable, or no draft could ever end a reply.
-        return sorted(set(ids) | set(self.target.eos_token_ids))
-
-    def vocab_objective(self) -> tuple[CoverageCurve, Callable[[int], float]]:
-        """(coverage C(k), latency reduction R(k)) for TPE vocabulary search, from the drafter's FLOPs."""
-        vocab_size, hidden, body_flops = self.drafter_factory(None)().head_shape()
-        latency_reduction = functools.partial(head_latency_reduction, vocab_size=vocab_size, hidden_size=hidden,
-                                              non_head_flops_per_token=body_flops)
-        return coverage_curve(self.token_counts), latency_reduction
-
-    # -- what a search strategy is built from ----------------------------------------------------
-    def search_context(self, names: Sequence[str] = ()) -> dict[str, Any]:
-        """The constructor arguments a search strategy takes from the model and data
-        (`SearchStrategy.context_arguments`), as plain picklable values: the model's depth and vocabulary
-        size always; C(k) and R(k) (which generate the dense replies of the corpus), and the drafter's
-        share of a step by skip-set size, when `names` asks for them."""
-        context: dict[str, Any] = {"num_layers": self.target.num_layers,
-                                   "vocab_size": self.target.model.config.vocab_size}
-        if {"coverage", "latency_reduction"} & set(names):
-            context["coverage"], context["latency_reduction"] = self.vocab_objective()
-        if "draft_share" in names:
-            draft_tokens = self.spec.generation.num_draft_tokens
-            context["draft_share"] = DraftShares(tuple(self.pricer.draft_share(range(skipped), draft_tokens)
-                                                       for skipped in range(self.target.num_layers)))
-        return context
-
-
-@dataclass(frozen=True)
-class DraftShares:
-    """The drafter's modeled share of a speculative step (`Pricer.draft_share`) by the number of layers
-    skipped, which is all it depends on; called with a skip set."""
-
-    by_layers_skipped: tuple[float, ...]
-
-    def __call__(self, skip_layers: Sequence[int]) -> float:
-        return self.by_layers_skipped[len(skip_layers)]
+    def vocabulary(self) -> DraftVocabulary:
+        """The job's trimmed draft vocabulary, chosen on the calibration split whatever this split
+        (`specsparse.measuring.vocabulary`)."""
+        if self.spec.split != "calibration":
+            return self.calibration.vocabulary
+        return DraftVocabulary.of(self)
 
 
 class Evaluators:

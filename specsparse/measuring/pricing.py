@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from specsparse.decoding.drafter import Drafter
+from specsparse.drafters.base import ConfiguredDrafter
 from specsparse.measuring.profile import profile_for, profile_path, save_profile
 from specsparse.measuring.profile_fit import CONTEXT, CostProfile, fastest_repeat
 from specsparse.measuring.timing import SideBySide
@@ -36,7 +36,7 @@ class DraftCost:
     per_token: float = 0.0  # seconds per drafted token (an LM drafter's forward)
 
 
-def draft_cost(drafter: Drafter | None, profile: CostProfile, repeats: int = 32) -> DraftCost:
+def draft_cost(drafter: ConfiguredDrafter | None, profile: CostProfile, repeats: int = 32) -> DraftCost:
     """The drafter's cost: LM drafters from their model's profile (trimmed head included), token
     drafters from their measured step time, stored in the target's profile (kept in memory only for
     a pinned profile, whose file is never written). A drafter that names its LM-head products
@@ -66,7 +66,7 @@ def draft_cost(drafter: Drafter | None, profile: CostProfile, repeats: int = 32)
 STEP_DRAFT_TOKENS = 5  # tokens a timed drafter step drafts
 
 
-def _drafter_step_time(drafter: Drafter, vocab: int, repeats: int, k: int = STEP_DRAFT_TOKENS, rounds: int = 1) -> float:
+def _drafter_step_time(drafter: ConfiguredDrafter, vocab: int, repeats: int, k: int = STEP_DRAFT_TOKENS, rounds: int = 1) -> float:
     """Median propose + observe time over `repeats` steps on a repetitive synthetic context (drafts
     exist most steps; a feature drafter gets random features); the fastest of `rounds` rounds."""
     generator = torch.Generator().manual_seed(0)
@@ -112,7 +112,7 @@ class Pricer:
     """Prices one job's measurements: `profile` (the target's), `num_layers` (the target's), and the
     drafter `make_drafter(vocab_size)` builds (its cost measured once per vocabulary size)."""
 
-    def __init__(self, profile: CostProfile, num_layers: int, make_drafter: Callable[[int | None], Drafter | None]):
+    def __init__(self, profile: CostProfile, num_layers: int, make_drafter: Callable[[int | None], ConfiguredDrafter | None]):
         self.profile = profile
         self.num_layers = num_layers
         self.make_drafter = make_drafter

@@ -178,7 +178,7 @@ def pinned_profile(path: str | os.PathLike, model: PreTrainedModel, text: str | 
     if "forward_path" in differ:  # the path changes what a multi-token verification costs, not only its scale
         log.warning("pinned cost profile %s was measured on the %s forward path, this job runs the %s path: its "
                     "verification costs differ (pin a profile measured with `specsparse profile --forward-path %s`)",
-                    path, profile.identity.get("forward_path", "eager"), identity["forward_path"], identity["forward_path"])
+                    path, profile.identity.get("forward_path"), identity["forward_path"], identity["forward_path"])
     elif differ:
         log.info("pinned cost profile %s was measured with another %s than this process: pricing with it as it is",
                  path, "/".join(differ))

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from specsparse.jobs.figures import new_figure, save_figure
-from specsparse.types import recorded_class_path
 
 
 def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -30,7 +29,7 @@ def dense_accept_lengths(stores: Iterable[str | os.PathLike]) -> pd.DataFrame:
         for row in rows:
             if row.get("candidate.skip_layers") != () or row.get("candidate.vocab_size") is not None:
                 continue
-            drafter = str(recorded_class_path(row, "drafter.") or "").rsplit(".", 1)[-1]
+            drafter = str(row.get("drafter.class_path") or "").rsplit(".", 1)[-1]
             key = (str(row.get("model")), drafter, str(row.get("domain.name")))
             if key not in latest or row["created"] >= latest[key]["created"]:
                 latest[key] = row

@@ -24,8 +24,8 @@ class ReportError(ValueError):
     """Nothing to report from, or inputs that do not fit together (one-line message)."""
 
 
-# What every job's summary.json holds (after `upgrade_summary`), beside domain and strategy, that tables read
-# without a default: (key, key within it).
+# What every job's summary.json holds (read through `specsparse.old_formats.current_summary`), beside domain and
+# strategy, that tables read without a default: (key, key within it).
 SUMMARY_KEYS = (("search_cost", "configurations_measured"),)
 
 
@@ -65,7 +65,7 @@ class JobRecord:
 
     @property
     def drafter(self) -> str | None:
-        return self.reproduce.get("drafter") or self.summary.get("drafter")
+        return self.reproduce.get("drafter")
 
     @property
     def num_layers(self) -> int | None:
@@ -98,7 +98,7 @@ class JobRecord:
     @property
     def order(self) -> str:
         """Sorts jobs by time (latest last)."""
-        finished = self.reproduce.get("finished") or self.summary.get("finished") or ""
+        finished = self.reproduce.get("finished") or ""
         if not finished and self.directory is not None:
             finished = str((self.directory / "summary.json").stat().st_mtime)
         return str(finished)

@@ -27,8 +27,8 @@ import pandas as pd
 
 from specsparse.config_map import ConfigMap, serving_plan, write_config_map
 from specsparse.jobs.figures import plot_pareto, read_measurements
-from specsparse.jobs.outputs import upgrade_summary
 from specsparse.jobs.result import with_interval_lists
+from specsparse.old_formats import current_reproduce, current_summary
 from specsparse.reporting.ablation import plot_ablation, single_layer_ablation
 from specsparse.reporting.figures import (
     dense_accept_lengths,
@@ -81,8 +81,8 @@ def find_jobs(paths: Iterable[str | os.PathLike]) -> list[JobRecord]:
             continue
         reproduce_file = file.parent / "reproduce.json"
         reproduce = _read_json(reproduce_file) if reproduce_file.is_file() else {}
-        records.append(JobRecord(checked_summary(upgrade_summary(summary), str(file)), file.parent,
-                                 reproduce if isinstance(reproduce, dict) else {}))
+        records.append(JobRecord(checked_summary(current_summary(summary), str(file)), file.parent,
+                                 current_reproduce(reproduce) if isinstance(reproduce, dict) else {}))
     return sorted(records, key=lambda r: r.order)
 
 
@@ -109,7 +109,7 @@ def wandb_jobs(path: str, timeout: int = 30) -> list[JobRecord]:
         summary = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
         if "domain" not in summary or "strategy" not in summary:
             continue
-        summary = checked_summary(upgrade_summary(with_interval_lists(json.loads(strict_json(summary)))),
+        summary = checked_summary(current_summary(with_interval_lists(json.loads(strict_json(summary)))),
                                   f"W&B run {run.path}")
         reproduce = {"model": summary.get("model"), "num_layers": summary.get("num_layers"),
                      "finished": str(run.created_at)}

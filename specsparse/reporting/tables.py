@@ -34,7 +34,7 @@ from specsparse.reporting.mixed_stream import round_robin, run_mixed_stream
 from specsparse.reporting.records import JobRecord, ReportError, bounded, latest, tss_jobs
 from specsparse.serving.controller import Controller, DrafterFactory, drafter_factory
 from specsparse.serving.router import make_router, map_routing_prompts
-from specsparse.types import Component, GenerationConfig, recorded_class_path
+from specsparse.types import Component, GenerationConfig
 
 
 # Every table is built as a full numeric frame (written as CSV: a 95% interval is two numeric columns
@@ -264,7 +264,7 @@ def table_vocab_comparison(records: Sequence[JobRecord], where: str) -> pd.DataF
                 **_with_bounds("measured_latency_s", row["measured_latency_s"]),
                 **_with_bounds("measured_speedup_vs_full", row["measured_speedup_vs_full"]),
                 **_with_bounds("measured_speedup_vs_plain", row["measured_speedup_vs_plain"]),
-                **_with_bounds("measured_speedup_vs_pruned", row.get("measured_speedup_vs_pruned")),  # absent before
+                **_with_bounds("measured_speedup_vs_pruned", row["measured_speedup_vs_pruned"]),
                 "prompts": comparison["prompts"], "k_stability_mean": stability.get("k_mean"),
                 "k_stability_min": stability.get("k_min"), "k_stability_max": stability.get("k_max"),
                 "k_stability_jaccard": stability.get("jaccard_mean"),
@@ -317,11 +317,10 @@ def mapped_test_splits(records: Sequence[JobRecord], merged: ConfigMap, strategy
 
 
 def _run_settings(spec: dict[str, Any]) -> dict[str, Any]:
-    """What a job ran with (model, drafter, generation), the drafter under one key whichever version
-    recorded it."""
+    """What a job ran with (model, drafter, generation), from its reproduce.json's evaluation_spec."""
     settings = {key: spec.get(key) for key in ("model", "dtype", "device", "forward_path", "generation")}
     drafter = spec.get("drafter")
-    settings["drafter"] = drafter and {"class_path": recorded_class_path(drafter), "options": drafter.get("options", {})}
+    settings["drafter"] = drafter and {"class_path": drafter.get("class_path"), "options": drafter.get("options", {})}
     return settings
 
 
@@ -343,7 +342,7 @@ def mixed_stream_row(records: Sequence[JobRecord], merged: ConfigMap, per_domain
     target = load_model_cached(spec["model"], spec["dtype"], spec["device"], spec.get("forward_path", "auto"))
     drafter = Component(spec["drafter"]["class_path"], spec["drafter"]["options"])  # a map of an earlier version names it only
     # What the drafter learns before it drafts (a corpus, a warm table) leaves out every prompt the jobs
-    # measured, the stream's among them, as each job's own drafter did (`Drafter.job_context`). A domain
+    # measured, the stream's among them, as each job's own drafter did (`ConfiguredDrafter.job_context`). A domain
     # whose job ran another drafter (its own EAGLE head) is served with it (`DomainConfig.drafter`).
     measured = sorted({ex.id for split in ("calibration", "test")
                        for examples in mapped_test_splits(records, merged, strategy, split).values() for ex in examples})

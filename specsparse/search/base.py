@@ -87,7 +87,7 @@ class SearchStrategy(abc.ABC):
     """
 
     name: ClassVar[str] = "search"
-    # Constructor arguments that come from the model and data (`Evaluator.search_context`), not from the config.
+    # Constructor arguments that come from the model and data (`specsparse.search.context.SearchContext`), not the config.
     context_arguments: ClassVar[tuple[str, ...]] = ()
     # Picks a trimmed draft vocabulary (k rows of the drafter's LM head): the drafter needs one
     # (`Drafter.trims_vocabulary`).

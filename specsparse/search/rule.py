@@ -97,3 +97,13 @@ class TSSRule:
         if self.tau is not None and not 0 <= self.tau < 1:
             raise ValueError(f"tau must be in [0, 1) or None, got {self.tau}")
         object.__setattr__(self, "min_fidelity", float(self.min_fidelity))
+
+    def check(self, num_layers: int, model: str = "the model") -> None:
+        """ValueError (one line) for settings a `num_layers`-deep model (named `model` in the message)
+        cannot meet: protected layers that leave nothing to skip, a depth beyond the model's."""
+        if len(self.protect_layers) >= num_layers:
+            raise ValueError(f"tss.protect_layers protects all {num_layers} layers of {model}, so the search has "
+                             "nothing to skip: leave at least one layer unprotected")
+        if self.max_depth > num_layers:
+            raise ValueError(f"tss.max_depth={self.max_depth}: {model} has {num_layers} layers, so a skip set holds at "
+                             f"most {num_layers}: give tss.max_depth <= {num_layers}")

@@ -21,6 +21,8 @@ hold always does (`specsparse.config_map.serving_plan`; `serving` holds its line
 Greedy decoding stays lossless: the reply equals the target's own greedy output under the
 applied skip set, exactly as `generate_text` would produce it.
 
+Each request's reply text is followed step by step with `token_stream.py` (streamed deltas, stop strings).
+
 Trimmed vocabularies: a config map written by a vocabulary search carries the head's token ids
 (`draft_vocab_ids`); `vocab_ids={domain: [ids]}` (or a JSON file of that shape for `from_files`)
 overrides them. A domain with a size but no ids drafts over the full vocabulary (a warning is
@@ -54,6 +56,7 @@ from specsparse.serving.router import (
     prompts_from_jsonl,
     routing_text,
 )
+from specsparse.serving.token_stream import StopWatch, TextStream
 from specsparse.types import Component, GenerationConfig, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -316,51 +319,6 @@ class Controller:
             total_ms=total_ms,
             generation=result,
         )
-
-
-class StopWatch:
-    """Per verification step: feeds the stream (if any) and says whether the reply so far contains a
-    stop string, which ends generation (`speculative_generate`'s `on_step`)."""
-
-    def __init__(self, tokenizer, stops: Sequence[str], stream: TextStream | None) -> None:
-        self.tokenizer, self.stops, self.stream = tokenizer, tuple(stops), stream
-        self.ids: list[int] = []
-        self.stopped = False
-
-    def step(self, committed: Sequence[int]) -> bool:
-        if self.stream is not None:
-            self.stream.step(committed)
-        if self.stops:
-            self.ids.extend(committed)
-            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-            self.stopped = any(s in text for s in self.stops)
-        return self.stopped
-
-
-class TextStream:
-    """Turns committed token steps into text deltas. A trailing partial UTF-8 character (decoded as
-    U+FFFD) is held back until the next step completes it."""
-
-    def __init__(self, tokenizer, on_text: Callable[[str], None]):
-        self.tokenizer = tokenizer
-        self.on_text = on_text
-        self.ids: list[int] = []
-        self.sent = ""
-
-    def step(self, committed: list[int]) -> None:
-        self.ids.extend(committed)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
-            return
-        self._emit(text)
-
-    def finish(self, text: str) -> None:
-        self._emit(text)
-
-    def _emit(self, text: str) -> None:
-        if text.startswith(self.sent) and len(text) > len(self.sent):
-            self.on_text(text[len(self.sent):])
-            self.sent = text
 
 
 def _validate(

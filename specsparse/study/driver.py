@@ -1,11 +1,11 @@
 """The one loop every search runs in.
 
-    result = run_search(BFSSearch(num_layers=30), evaluate_batch, store=store, key_fn=key_fn)
+    result = run_search(BFSSearch(num_layers=30), measurer, store=store)
 
-The driver is handed everything it works with: `evaluate_batch(list[Candidate], on_measured) ->
-list[Measurement]` from a runner (a local loop, Ray workers, or `evaluate_callable` for synthetic
-objectives), the results store, and the `price` that re-prices what the store serves. It builds none of
-them, so the same loop serves every runner and store.
+The driver is handed everything it works with: a `Measurer` (a job's `Study` on one split, or
+`FunctionMeasurer` around `evaluate_callable` for synthetic objectives), which measures batches, keys
+and describes each candidate for the store and re-prices what the store serves, and the results store.
+It builds none of them, so the same loop serves every runner and store.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -39,6 +40,35 @@ OnTold = Callable[[Candidate, Measurement, bool], None]
 Price = Callable[[Candidate, Measurement], Measurement]
 
 
+class Measurer(Protocol):
+    """What the driver measures through: `evaluate_batch` (see EvaluateBatch), the store key and
+    description of a candidate's measurement, and `price`, which re-prices a measurement the store
+    serves by the cost profile that prices new ones (so a cost stored by another run never comes back)."""
+
+    def evaluate_batch(self, candidates: list[Candidate], on_measured: OnMeasured) -> Sequence[Measurement]: ...
+
+    def key(self, candidate: Candidate) -> str: ...
+
+    def meta(self, candidate: Candidate) -> dict[str, Any]: ...
+
+    def price(self, candidate: Candidate, measurement: Measurement) -> Measurement: ...
+
+
+def no_key(candidate: Candidate) -> str:
+    raise ValueError("a results store needs a key for each candidate: give FunctionMeasurer(key=...)")
+
+
+@dataclass(frozen=True)
+class FunctionMeasurer:
+    """A `Measurer` from functions (synthetic objectives, tests, scripts): no description and no
+    re-pricing unless given; `key` only where a store is used."""
+
+    evaluate_batch: EvaluateBatch
+    key: Callable[[Candidate], str] = no_key
+    meta: Callable[[Candidate], dict[str, Any]] = lambda candidate: {}
+    price: Price = lambda candidate, measurement: measurement
+
+
 def candidate_meta(candidate: Candidate) -> dict[str, Any]:
     """The candidate part of a store description."""
     return {"skip_layers": list(candidate.skip_layers), "vocab_size": candidate.vocab_size}
@@ -47,42 +77,32 @@ def candidate_meta(candidate: Candidate) -> dict[str, Any]:
 # One function on purpose: each round (ask, serve from the store, measure, tell) reads best whole.
 def run_search(
     strategy: SearchStrategy,
-    evaluate_batch: EvaluateBatch,
+    measurer: Measurer,
     *,
     budget: int | None = None,
     store: ResultsStore | None = None,
-    key_fn: Callable[[Candidate], str] | None = None,
-    meta_fn: Callable[[Candidate], dict[str, Any]] | None = None,
     progress: bool = True,
     on_told: OnTold | None = None,
-    price: Price | None = None,
 ) -> SearchResult:
     """Run `strategy` to completion (or until the budget is spent) and return its result.
 
     Each round: ask the strategy for a batch; drop candidates already measured in this search (they are
-    told their recorded measurement again, never re-measured); serve candidates whose `key_fn` key is in
-    `store` without evaluating them; evaluate the rest as one batch; store the new measurements; tell the
-    strategy every candidate in proposal order; call `on_told(candidate, measurement, cached)`.
+    told their recorded measurement again, never re-measured); serve candidates whose `measurer.key` is in
+    `store` without evaluating them (re-priced by `measurer.price`); evaluate the rest as one batch; store
+    the new measurements (described by `measurer.meta`, with the candidate under "candidate" and, for an
+    early-stopped measurement, the strategy's thresholds under "early_stop_thresholds"); tell the strategy
+    every candidate in proposal order; call `on_told(candidate, measurement, cached)`.
 
     budget: maximum number of NEW measurements (None: unlimited). Cache hits are free, so a batch that
         the store fully serves never touches it; when a batch needs more than what is left, the first
         ones (in proposal order) are measured and the search stops with a note. Consequently a rerun with
         the same budget over a warm store replays the cached part and spends its budget further on.
-    store, key_fn: results store and `key_fn(candidate) -> key` (normally `content_hash` of everything
-        that affects the measurement). A key_fn is required with a store.
-    meta_fn: description stored with each new measurement (`meta_fn(candidate)`, e.g. model, domain,
-        generation settings); the candidate itself is always added under "candidate", and for an
-        early-stopped measurement the strategy's thresholds under "early_stop_thresholds".
     progress: show a tqdm bar (new measurements; cache hits in the postfix).
-    price: re-prices every measurement served from the store from its counts (the cost profile), so a
-        cost or timing stored by another run never reaches the strategy. New measurements keep the
-        price the runner gave them: it priced them where it measured them (a Ray worker on its own
-        hardware; the local runner with the job's evaluator, the same profile as `price`).
+    New measurements keep the price the runner gave them: it priced them where it measured them (a Ray
+    worker on its own hardware; the local runner with the job's evaluator, the same profile as `price`).
     """
     if budget is not None and budget < 0:
         raise ValueError(f"budget must be >= 0 or None, got {budget}")
-    if store is not None and key_fn is None:
-        raise ValueError("a store needs key_fn(candidate) -> key")
     start = time.perf_counter()
     measured: dict[Candidate, Measurement] = {}
     n_new = n_hits = forwards = 0
@@ -98,16 +118,16 @@ def run_search(
             if not fresh:
                 log.warning("%s proposed only configurations it already has; stopping", strategy.name)
                 break
-            keys = {c: key_fn(c) for c in fresh} if store is not None else {}  # type: ignore[misc]
-            results = {c: (m, True) for c, m in _stored(store, keys, price).items()}
+            keys = {c: measurer.key(c) for c in fresh} if store is not None else {}
+            results = {c: (m, True) for c, m in _stored(store, keys, measurer.price).items()}
             todo = [c for c in fresh if c not in results]
             left = None if budget is None else budget - n_new
             cut = left is not None and len(todo) > left
             if cut:
                 todo = todo[:left]
             if todo:
-                meta = functools.partial(_meta, strategy=strategy, meta_fn=meta_fn)
-                for c, m in zip(todo, _measure_and_store(todo, evaluate_batch, store, keys, meta)):
+                meta = functools.partial(_meta, strategy=strategy, describe=measurer.meta)
+                for c, m in zip(todo, _measure_and_store(todo, measurer.evaluate_batch, store, keys, meta)):
                     results[c] = (m, False)
             n_round_hits = 0
             for c in fresh:
@@ -138,38 +158,29 @@ def run_search(
     return _result(strategy, measured, notes, n_new, n_hits, forwards, time.perf_counter() - start)
 
 
-def measure_through_store(
-    candidates: Sequence[Candidate],
-    evaluate_batch: EvaluateBatch,
-    store: ResultsStore,
-    key_fn: Callable[[Candidate], str],
-    meta_fn: Callable[[Candidate], dict[str, Any]],
-    price: Price | None = None,
-) -> list[Measurement]:
+def measure_through_store(candidates: Sequence[Candidate], measurer: Measurer, store: ResultsStore) -> list[Measurement]:
     """Measurements of `candidates` (in order) outside a search, e.g. on the test split: served from
-    `store` when present (re-priced by `price`, as in `run_search`), otherwise measured as one batch and
-    stored the moment each one exists."""
+    `store` when present (re-priced, as in `run_search`), otherwise measured as one batch and stored the
+    moment each one exists."""
     unique = list(dict.fromkeys(candidates))
-    keys = {c: key_fn(c) for c in unique}
-    found = _stored(store, keys, price)
+    keys = {c: measurer.key(c) for c in unique}
+    found = _stored(store, keys, measurer.price)
     missing = [c for c in unique if c not in found]
 
     def meta(c: Candidate, m: Measurement) -> dict[str, Any]:
-        return {**meta_fn(c), "candidate": candidate_meta(c)}
+        return {**measurer.meta(c), "candidate": candidate_meta(c)}
 
-    found.update(zip(missing, _measure_and_store(missing, evaluate_batch, store, keys, meta)))
+    found.update(zip(missing, _measure_and_store(missing, measurer.evaluate_batch, store, keys, meta)))
     return [found[c] for c in candidates]
 
 
-def _stored(
-    store: ResultsStore | None, keys: dict[Candidate, str], price: Price | None
-) -> dict[Candidate, Measurement]:
+def _stored(store: ResultsStore | None, keys: dict[Candidate, str], price: Price) -> dict[Candidate, Measurement]:
     """The candidates of `keys` whose measurement is in the store, each re-priced by `price`: the only
     place a stored measurement is priced, so a cost stored by another run never comes back."""
     if store is None:
         return {}
     found = {c: store.get(key) for c, key in keys.items()}
-    return {c: m if price is None else price(c, m) for c, m in found.items() if m is not None}
+    return {c: price(c, m) for c, m in found.items() if m is not None}
 
 
 def _measure_and_store(
@@ -196,8 +207,8 @@ def _measure_and_store(
     return measurements
 
 
-def _meta(c: Candidate, m: Measurement, strategy: SearchStrategy, meta_fn: Callable | None) -> dict[str, Any]:
-    meta = dict(meta_fn(c)) if meta_fn is not None else {}
+def _meta(c: Candidate, m: Measurement, strategy: SearchStrategy, describe: Callable) -> dict[str, Any]:
+    meta = dict(describe(c))
     meta["candidate"] = candidate_meta(c)
     if m.early_stopped:
         meta["early_stop_thresholds"] = strategy.feasibility_thresholds()
@@ -244,8 +255,9 @@ def _result(
     return result
 
 
-def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
-    """Turn `fn(candidate) -> Measurement | (accept, metric, cost)` into an `evaluate_batch`.
+def evaluate_callable(fn: Callable[[Candidate], Any], key: Callable[[Candidate], str] = no_key) -> FunctionMeasurer:
+    """The measurer of a synthetic objective `fn(candidate) -> Measurement | (accept, metric, cost)`,
+    with `key` for a results store.
 
     A tuple becomes a Measurement with `flops_fraction = cost` (synthetic objectives treat the cost as
     the compute share) and zero timing counters. Lets every strategy run without a model; such
@@ -274,4 +286,4 @@ def evaluate_callable(fn: Callable[[Candidate], Any]) -> EvaluateBatch:
                 on_measured(c, r)
         return out
 
-    return evaluate_batch
+    return FunctionMeasurer(evaluate_batch, key)

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specsparse.old_formats import current_store_measurement, current_store_meta
 from specsparse.types import Measurement, PromptResult
 from specsparse.util import atomic_write_text, canonical_json, first_line
 
@@ -61,15 +62,11 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     return dataclasses.asdict(m)
 
 
-# Rows stored before modeled figures were named so (their values are re-priced when served anyway).
-EARLIER_NAMES = {"cost": "modeled_cost", "tokens_per_s": "modeled_tokens_per_s", "verify_cost": "modeled_verify_cost"}
-
-
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
-    """Inverse of `measurement_to_dict`; unknown keys (from newer versions) are ignored."""
+    """Inverse of `measurement_to_dict`; unknown keys (from newer versions) are ignored. Rows of earlier
+    versions are read through `specsparse.old_formats` first (`ResultsStore` does)."""
     names = {f.name for f in dataclasses.fields(Measurement)}
     prompt_names = {f.name for f in dataclasses.fields(PromptResult)}
-    d = {EARLIER_NAMES.get(k, k): v for k, v in d.items()}
     kwargs = {k: v for k, v in d.items() if k in names and k != "per_prompt"}
     if "chunk_counts" in kwargs:
         kwargs["chunk_counts"] = tuple(kwargs["chunk_counts"])
@@ -201,12 +198,15 @@ class ResultsStore:
                              f"{doing}: point paths.store at a file in a folder you can write") from None
 
     def _decoded(self, key: str, text: str, measurement: bool = False) -> Any:
-        """A row's JSON column (its meta dict, or its Measurement); a garbled one is a StoreError."""
+        """A row's JSON column (its meta dict, or its Measurement), a row of an earlier version in this
+        version's form (`specsparse.old_formats`); a garbled one is a StoreError."""
         try:
             value = json.loads(text)
             if not isinstance(value, dict):
                 raise ValueError(f"JSON {type(value).__name__}, not an object")
-            return measurement_from_dict(value) if measurement else value
+            if measurement:
+                return measurement_from_dict(current_store_measurement(value))
+            return current_store_meta(value)
         except (ValueError, TypeError, AttributeError, KeyError) as err:
             raise StoreError(
                 f"results store {self.path}: the row with key {key} is garbled ({first_line(err)}): delete the row "

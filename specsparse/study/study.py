@@ -1,35 +1,41 @@
 """A study: what one job measures of one `EvaluationSpec`, and the one way it measures.
 
     study = Study(spec, runner, store)
-    context = study.call("calibration", methodcaller("search_context", names))   # where the model is
+    strategy = study.search_context(names).build(search)     # the model's depth, the vocabulary's C(k), ...
     result = study.search(strategy, budget)                  # on the calibration split
     dense, selected = study.measure([result.baseline, result.selected], "test")
     timing = study.time("test", {"dense": result.baseline, "selected": result.selected}, prompts=24)
 
 The study owns the results-store keys and descriptions of what it measures (`specsparse.study.keys`)
 and the pricing of what the store serves (the cost profile of the hardware that measures, never a
-stored timing). Everything that needs the model goes through the runner (`Runner.call`), which holds
-the Evaluators where it measures: in the job's process (local) or on Ray workers, so with `runner=ray`
-the job's process loads no model. The driver's loop (`run_search`) and the store lookups
-(`measure_through_store`) are handed these, so a job's recipe (`specsparse.jobs.job.run_job`) only says
-what to measure.
+stored timing): on each split it is the driver's `Measurer` (`Study.on`). Everything that needs the
+model goes through the runner (`Runner.call`), which holds the Evaluators where it measures: in the
+job's process (local) or on Ray workers, so with `runner=ray` the job's process loads no model. A job's
+recipe (`specsparse.jobs.job.run_job`) only says what to measure.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
-from operator import methodcaller
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from specsparse.measuring.timing import SideBySide, time_side_by_side
 from specsparse.search.base import SearchResult, SearchStrategy
-from specsparse.study.driver import OnTold, Price, measure_through_store, run_search
+from specsparse.search.context import DraftShares, SearchContext
+from specsparse.study.driver import OnMeasured, OnTold, measure_through_store, run_search
 from specsparse.study.keys import describe, store_key
-from specsparse.types import Candidate, Measurement
+from specsparse.study.vocab_comparison import VocabComparisonSpec, compare_vocabularies
+from specsparse.types import Candidate, Component, Measurement
 
 if TYPE_CHECKING:
+    from specsparse.data import Example
     from specsparse.measuring.evaluation import EvaluationSpec, Evaluator
+    from specsparse.measuring.vocabulary import DraftVocabulary
+    from specsparse.search.tpe_vocab import TPEVocabSearch
     from specsparse.study.runners import Runner
     from specsparse.study.store import ResultsStore
 
@@ -59,31 +65,36 @@ class Study:
             self._descriptions[split] = self.call(split, describe)
         return self._descriptions[split]
 
-    def price(self, split: str) -> Price:
-        """Prices a measurement of `split` (one the store serves) with the runner's cost profile."""
-        return lambda candidate, measurement: self.call(split, methodcaller("price", candidate, measurement))
+    def on(self, split: str, thresholds: tuple | None = None, search: str | None = None) -> SplitMeasurer:
+        """This study's `Measurer` on `split` (with early-rejection `thresholds`, for a `search` by name)."""
+        return SplitMeasurer(self, split, thresholds, search)
+
+    def search_context(self, names: Sequence[str] = ()) -> SearchContext:
+        """What a strategy whose `context_arguments` are `names` is built from, measured where the model is."""
+        return self.call("calibration", partial(search_context, names=tuple(names)))
+
+    @functools.cached_property
+    def vocabulary(self) -> DraftVocabulary:
+        """The job's trimmed draft vocabulary (chosen on the calibration split, shared by every split)."""
+        return self.call("calibration", attrgetter("vocabulary"))
+
+    @functools.cached_property
+    def recorded_drafter(self) -> Component:
+        """The drafter as measured, class and options (what a config map records for serving)."""
+        return self.call("calibration", attrgetter("recorded_drafter"))
+
+    def examples(self, split: str) -> list[Example]:
+        return self.call(split, attrgetter("examples"))
 
     def search(self, strategy: SearchStrategy, budget: int | None = None) -> SearchResult:
         """Run `strategy` on the calibration split to completion (or `budget` new measurements)."""
-        spec = self.spec.with_split("calibration")
-        thresholds = strategy.feasibility_thresholds()
-        description = self.description("calibration")
-        meta = {**description, "search": strategy.name}
-        return run_search(
-            strategy,
-            lambda candidates, on_measured: self.runner.evaluate_batch(spec, candidates, thresholds, on_measured),
-            budget=budget, store=self.store, key_fn=lambda c: store_key(description, c, thresholds),
-            meta_fn=lambda c: meta, progress=self.progress, on_told=self.on_told, price=self.price("calibration"),
-        )
+        measurer = self.on("calibration", strategy.feasibility_thresholds(), strategy.name)
+        return run_search(strategy, measurer, budget=budget, store=self.store, progress=self.progress,
+                          on_told=self.on_told)
 
     def measure(self, candidates: Sequence[Candidate], split: str) -> list[Measurement]:
         """`candidates` measured on `split` (in order), served by the store where it has them."""
-        spec = self.spec.with_split(split)
-        description = self.description(split)
-        return measure_through_store(
-            candidates, lambda todo, on_measured: self.runner.evaluate_batch(spec, todo, None, on_measured),
-            self.store, lambda c: store_key(description, c), lambda c: description, price=self.price(split),
-        )
+        return measure_through_store(candidates, self.on(split), self.store)
 
     def time(self, split: str, candidates: Mapping[str, Candidate], prompts: int | None, repeats: int = 1,
              progress: bool = True) -> SideBySide:
@@ -91,6 +102,13 @@ class Study:
         runner measures (a Ray worker's device with runner=ray)."""
         return self.call(split, partial(time_with_plain, candidates=candidates, prompts=prompts, repeats=repeats,
                                         progress=progress))
+
+    def compare_vocabularies(self, strategy: TPEVocabSearch, options: VocabComparisonSpec, timing_prompts: int | None,
+                             progress: bool = True) -> tuple[dict[str, Any], SideBySide]:
+        """The vocabulary paper's comparison on the test split, and the job's own timing taken from it
+        (`specsparse.study.vocab_comparison`)."""
+        return self.call("test", partial(compare_vocabularies, strategy=strategy, options=options,
+                                         timing_prompts=timing_prompts, progress=progress))
 
 
 def time_with_plain(evaluator: Evaluator, candidates: Mapping[str, Candidate], prompts: int | None, repeats: int = 1,
@@ -107,3 +125,48 @@ def time_with_plain(evaluator: Evaluator, candidates: Mapping[str, Candidate], p
     timing = time_side_by_side(evaluator.target, evaluator.domain, examples, configurations, evaluator.spec.generation,
                                repeats=repeats, progress=progress)
     return evaluator.pricer.with_modeled_terms(timing, [None, *candidates.values()])
+
+
+@dataclass(frozen=True)
+class SplitMeasurer:
+    """A study's `Measurer` on one split: measures through its runner, keys and describes by its
+    description, and prices what the store serves where the runner measures."""
+
+    study: Study
+    split: str
+    thresholds: tuple | None = None
+    search: str | None = None
+
+    def evaluate_batch(self, candidates: list[Candidate], on_measured: OnMeasured) -> Sequence[Measurement]:
+        spec = self.study.spec.with_split(self.split)
+        return self.study.runner.evaluate_batch(spec, candidates, self.thresholds, on_measured)
+
+    def key(self, candidate: Candidate) -> str:
+        return store_key(self.study.description(self.split), candidate, self.thresholds)
+
+    def meta(self, candidate: Candidate) -> dict[str, Any]:
+        description = self.study.description(self.split)
+        return description if self.search is None else {**description, "search": self.search}
+
+    def price(self, candidate: Candidate, measurement: Measurement) -> Measurement:
+        return self.study.call(self.split, partial(priced, candidate=candidate, measurement=measurement))
+
+
+def priced(evaluator: Evaluator, candidate: Candidate, measurement: Measurement) -> Measurement:
+    """`measurement` priced by `evaluator`'s pricer (never by a stored timing)."""
+    return evaluator.pricer.price(candidate, measurement)
+
+
+def search_context(evaluator: Evaluator, names: tuple[str, ...] = ()) -> SearchContext:
+    """The model's depth and vocabulary size; C(k) and R(k) of the job's draft vocabulary (which count
+    the dense replies of the corpus) and the drafter's share of a step by skip-set size only when
+    `names` (a strategy's `context_arguments`) ask for them."""
+    coverage = latency_reduction = draft_share = None
+    if {"coverage", "latency_reduction"} & set(names):
+        coverage, latency_reduction = evaluator.vocabulary.objective()
+    if "draft_share" in names:
+        draft_tokens = evaluator.spec.generation.num_draft_tokens
+        draft_share = DraftShares(tuple(evaluator.pricer.draft_share(range(skipped), draft_tokens)
+                                        for skipped in range(evaluator.target.num_layers)))
+    return SearchContext(evaluator.target.num_layers, evaluator.target.model.config.vocab_size, coverage,
+                         latency_reduction, draft_share)

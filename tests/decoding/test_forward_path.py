@@ -17,6 +17,7 @@ from specsparse.decoding.forward_path import (
     forward_path_of,
     head_rows,
     lm_head,
+    release_file_pages,
     resolve_forward_path,
     use_forward_path,
 )
@@ -182,3 +183,23 @@ def test_load_model_puts_the_model_on_the_path_it_names():
     assert load_model("tiny").forward_path == "fast"
     assert load_model("tiny", forward_path="eager").forward_path == "eager"
     assert forward_path_of(load_model("tiny", dtype="float16").model) == "eager"
+
+
+def test_packing_a_mapped_checkpoint_releases_its_pages_and_keeps_every_value(tmp_path):
+    """A checkpoint on disk is memory-mapped: the fast path packs it and drops the file pages of what it
+    packed. Weights still read afterwards (the tied embedding) fault back in unchanged, so the fast
+    model still gives eager's logits; memory that is not file-backed is never touched."""
+    saved = tiny_model(num_layers=NUM_LAYERS, hidden_size=256, seed=3)
+    saved.model.save_pretrained(tmp_path)
+    saved.tokenizer.save_pretrained(tmp_path)
+    eager, fast = (load_model(str(tmp_path), forward_path=path).model for path in ("eager", "fast"))
+    embedding = eager.get_input_embeddings().weight
+    before = embedding.detach().clone()
+    assert release_file_pages([embedding]) > 0  # mapped from the file
+    assert torch.equal(embedding, before)  # read back from the file, unchanged
+    ids = torch.randint(0, eager.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(ids).logits, eager(ids).logits, **TOLERANCE)
+    anonymous = torch.randn(64, 1024)
+    kept = anonymous.clone()
+    assert release_file_pages([anonymous]) == 0 and torch.equal(anonymous, kept)

@@ -15,12 +15,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from specsparse.data import get_domain
-from specsparse.decoding.drafter import Drafter
+from specsparse.drafters.base import ConfiguredDrafter
 from specsparse.jobs.config import GROUPS, ConfigError, build_plan
 from specsparse.measuring.evaluation import Evaluator
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.study.runners.local import LocalRunner
+from specsparse.study.study import search_context
 from specsparse.types import Candidate
 
 pytestmark = pytest.mark.usefixtures("embedded_models_installed")  # configs, not this machine's installs
@@ -87,7 +88,7 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
         assert plan.model.name == option and plan.model.num_layers and plan.model.vocab_size
     elif group == "drafter":
         cls = plan.evaluation.drafter.cls
-        assert issubclass(cls, Drafter)
+        assert issubclass(cls, ConfiguredDrafter)
         job = {"exclude_ids": (), "verification_costs": lambda: (1.0, 1.05, 1.08, 1.2)}  # what a job provides
         # instantiated for real on the tiny model
         drafter = plan.evaluation.drafter.build(target=tiny, **{name: job[name] for name in cls.job_context})
@@ -98,8 +99,8 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "search":
         cls = plan.search.cls
         assert issubclass(cls, (LayerSkipSearch, TPEVocabSearch))
-        context = Evaluator(plan.evaluation).search_context(cls.context_arguments)
-        strategy = plan.search.build(**pickle.loads(pickle.dumps(context)))  # as a job builds it, from a Ray worker's context
+        context = search_context(Evaluator(plan.evaluation), cls.context_arguments)
+        strategy = pickle.loads(pickle.dumps(context)).build(plan.search)  # as a job builds it, from a Ray worker's context
         assert Candidate() in strategy.ask()  # proposes the dense baseline first
     elif group == "runner":
         assert hasattr(plan.runner.cls, "evaluate_batch")
@@ -265,7 +266,7 @@ def test_a_domain_of_your_own_is_one_file(tmp_path):
     assert len(dense.per_prompt) == 2 and dense.metric is not None
 
 
-class HeldOutDrafter(Drafter):
+class HeldOutDrafter(ConfiguredDrafter):
     """A drafter the package does not know: its job check refuses a job that measures `forbidden`."""
 
     name = "held_out"

@@ -128,7 +128,7 @@ def test_a_timing_splits_each_configurations_time_into_terms_beside_the_models_p
         assert terms["modeled_ms_per_token"] == pytest.approx(
             sum(terms[f"modeled_{t}_ms_per_token"] for t in ("prefill", "verify", "draft")))
         assert terms["prefills"] == 2 and terms["prefill_tokens"] > 2 * 10  # two chat prompts, each past its template
-    plain, profile, layers = timing.terms[0], evaluator.profile, evaluator.target.num_layers
+    plain, profile, layers = timing.terms[0], evaluator.pricer.profile, evaluator.target.num_layers
     assert plain["steps"] == plain["tokens"] == plain["verified_tokens"] and plain["modeled_draft_ms_per_token"] == pytest.approx(0)
     prefill = profile.prefill_time(layers, plain["prefills"], plain["prefill_tokens"]) / plain["tokens"]
     assert plain["modeled_ms_per_token"] == pytest.approx(1000 * (profile.verify_time(layers, 1) + prefill))

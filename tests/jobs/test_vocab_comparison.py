@@ -10,18 +10,18 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsparse.jobs.vocab_comparison import VocabComparisonSpec, k_stability
 from specsparse.measuring.timing import time_runners
 from specsparse.measuring.vocab import coverage_curve, token_frequencies
+from specsparse.measuring.vocabulary import DraftVocabulary
 from specsparse.reporting.report import build_report, find_jobs
 from specsparse.search.tpe_vocab import TPEVocabSearch
+from specsparse.study.vocab_comparison import VocabComparisonSpec, k_stability
 from specsparse.types import GenerationResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +57,8 @@ def test_k_is_stable_on_a_corpus_whose_halves_are_alike():
     counts = dict(token_frequencies(texts))
     latency = lambda k: 1 - k / 12  # noqa: E731
     strategy = TPEVocabSearch(12, coverage_curve(counts), latency, alpha=0.7, min_coverage=0.5, n_trials=120)
-    calibration = SimpleNamespace(corpus_token_ids=texts, token_counts=counts)
-    stability = k_stability(calibration, strategy, VocabComparisonSpec(subsamples=4))
+    vocabulary = DraftVocabulary(tuple(map(tuple, texts)), vocab_size=strategy.vocab_size)
+    stability = k_stability(vocabulary, strategy, VocabComparisonSpec(subsamples=4))
     chosen = strategy.optimise().chosen.k
     assert stability["k"] == [chosen] * 4 and stability["jaccard_min"] == 1.0 and stability["k_relative_spread"] == 0
 
@@ -70,8 +70,8 @@ def test_a_corpus_of_different_halves_moves_k():
     counts = dict(token_frequencies(texts))
     latency = lambda k: 1 - k / 12  # noqa: E731
     strategy = TPEVocabSearch(12, coverage_curve(counts), latency, alpha=0.3, min_coverage=0.9, n_trials=120)
-    calibration = SimpleNamespace(corpus_token_ids=texts, token_counts=counts)
-    stability = k_stability(calibration, strategy, VocabComparisonSpec(subsamples=8, subsample_fraction=0.2))
+    vocabulary = DraftVocabulary(tuple(map(tuple, texts)), vocab_size=strategy.vocab_size)
+    stability = k_stability(vocabulary, strategy, VocabComparisonSpec(subsamples=8, subsample_fraction=0.2))
     assert stability["k_max"] > stability["k_min"] and stability["jaccard_min"] < 1
 
 
@@ -82,9 +82,9 @@ def test_k_grows_with_the_corpus_where_rare_tokens_decide_coverage():
     counts = dict(token_frequencies(texts))
     latency = lambda k: 1 - k / 123  # noqa: E731
     strategy = TPEVocabSearch(123, coverage_curve(counts), latency, alpha=0.3, min_coverage=0.95, n_trials=150)
-    calibration = SimpleNamespace(corpus_token_ids=texts, token_counts=counts)
+    vocabulary = DraftVocabulary(tuple(map(tuple, texts)), vocab_size=strategy.vocab_size)
     options = VocabComparisonSpec(subsamples=3)
-    by_size = [k_stability(calibration, strategy, replace(options, subsample_fraction=f)) for f in (0.25, 0.5, 1.0)]
+    by_size = [k_stability(vocabulary, strategy, replace(options, subsample_fraction=f)) for f in (0.25, 0.5, 1.0)]
     means = [size["k_mean"] for size in by_size]
     assert means[0] < means[1] < means[2] and [size["texts"] for size in by_size] == [10, 20, 40]
     with pytest.raises(ValueError, match="corpus_fractions"):

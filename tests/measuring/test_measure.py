@@ -81,13 +81,12 @@ def spec():
 
 def test_trimmed_vocabulary_keeps_end_of_sequence_and_the_output(spec):
     evaluator = Evaluator(spec)
-    ids = evaluator.vocab_ids(20)
+    ids = evaluator.vocabulary.ids(20)
     assert 20 <= len(ids) <= 21 and set(evaluator.target.eos_token_ids) <= set(ids)
-    coverage, reduction = evaluator.vocab_objective()
+    coverage, reduction = evaluator.vocabulary.objective()
     assert 0 < coverage(20) <= coverage(40) <= 1
     assert reduction(20) > reduction(200) > 0
-    trimmed = evaluator.evaluate(Candidate(vocab_size=20), progress=False)
-    full = evaluator.evaluate(Candidate(), progress=False)
+    trimmed, full = evaluator.evaluate_many([Candidate(vocab_size=20), Candidate()], progress=False)
     # The same target outputs (lossless), whatever head the drafter has.
     assert [p.output_text for p in trimmed.per_prompt] == [p.output_text for p in full.per_prompt]
     assert 0 < trimmed.modeled_cost and 0 < full.modeled_cost
@@ -113,7 +112,7 @@ def test_no_test_split_text_can_change_the_trimmed_vocabulary(tmp_path, spec, co
     for path in (original, rewritten):
         domain = get_domain("qa", source="jsonl", path=str(path), options=options)
         for split in ("calibration", "test"):
-            vocabularies.append(Evaluator(replace(spec, domain=domain, split=split)).vocab_ids(12))
+            vocabularies.append(Evaluator(replace(spec, domain=domain, split=split)).vocabulary.ids(12))
     assert all(ids == vocabularies[0] for ids in vocabularies)
     # ...and the rewritten test references would have changed it, had the test split been counted.
     test_texts = Evaluator(replace(spec, domain=get_domain("qa", source="jsonl", path=str(rewritten), options=options), split="test"))

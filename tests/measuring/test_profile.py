@@ -355,7 +355,7 @@ def test_store_hits_are_priced_by_the_pinned_profile_and_recorded(tmp_path):
     """A pinned profile twice as slow as the one that priced the stored measurements: a rerun is
     served from the same store keys and every cost doubles; the record names the pinned file."""
     store_path, first = first_job(tmp_path)
-    measured_with = Evaluator(TINY_SPEC).profile
+    measured_with = Evaluator(TINY_SPEC).pricer.profile
     pinned = tmp_path / "slow.json"
     pinned.write_text(replace(
         measured_with, single=tuple(2 * v for v in measured_with.single), verify=tuple(2 * v for v in measured_with.verify),
@@ -372,5 +372,5 @@ def test_store_hits_are_priced_by_the_pinned_profile_and_recorded(tmp_path):
         assert c == c0 and m.modeled_cost == pytest.approx(2 * m0.modeled_cost)
     [record] = again.cost_profiles
     assert record["path"] == str(pinned) and record["sha256"] == file_sha256(pinned) and record["checks_passed"]
-    assert record == profile_record(Evaluator(spec).profile)
+    assert record == profile_record(Evaluator(spec).pricer.profile)
     assert json.loads(json.dumps(record)) == record

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from specsparse.cli import main
 from specsparse.config_map import load_config_map
 from specsparse.data import Example
-from specsparse.jobs.outputs import upgrade_summary
+from specsparse.old_formats import current_summary
 from specsparse.reporting.ablation import single_layer_ablation
 from specsparse.reporting.formatting import format_cell, slim_table1, to_latex, to_markdown
 from specsparse.reporting.mixed_stream import round_robin
@@ -198,7 +198,7 @@ def test_tables_from_summaries_alone(tmp_path):
         "model": "m", "num_layers": 30,
     }
     # An earlier version's summary (as W&B may hold it): read in this version's names and scale.
-    record = JobRecord(upgrade_summary(summary), None, {"model": "m", "num_layers": 30, "finished": "1"})
+    record = JobRecord(current_summary(summary), None, {"model": "m", "num_layers": 30, "finished": "1"})
     t1 = table1([record])
     assert t1.loc[0, "skipped_ratio"] == pytest.approx(1 / 30) and t1.loc[0, "measured_speedup"] == 1.2
     assert t1.loc[0, "modeled_speedup"] == pytest.approx(12.0 / 10.0)  # from the cost profile, labelled so
@@ -361,7 +361,8 @@ def test_an_optuna_sweep_reports_its_best_trial_not_its_last(tmp_path, direction
         folder = tmp_path / "sweep" / f"{trial}_qa_bfs"
         (folder / ".hydra").mkdir(parents=True)
         (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": sweeper}}))
-        summary = {"domain": "qa", "strategy": "bfs", "speedup": value, "finished": f"2026-01-01T00:00:0{trial}"}
-        records.append(JobRecord(summary, folder, {"config": {"objective": "speedup"}, "model": "m"}))
+        summary = {"domain": "qa", "strategy": "bfs", "speedup": value}
+        records.append(JobRecord(summary, folder, {"config": {"objective": "speedup"}, "model": "m",
+                                                   "finished": f"2026-01-01T00:00:0{trial}"}))
     [chosen] = tss_jobs(records).values()
     assert chosen.directory.name == f"{best}_qa_bfs"

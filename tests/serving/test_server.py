@@ -105,7 +105,7 @@ def test_chat_streaming_equals_non_streaming(server):
 
 def test_text_stream_sends_each_step_and_holds_back_split_characters():
     from specsparse.decoding.models import tiny_tokenizer
-    from specsparse.serving.controller import TextStream
+    from specsparse.serving.token_stream import TextStream
 
     tokenizer = tiny_tokenizer()
     pieces = []

@@ -7,7 +7,7 @@ import pytest
 from conftest import TRAP, Counted, papers, search_on
 
 from specsparse.search import BFSSearch, SearchStrategy, Selection
-from specsparse.study.driver import candidate_meta, evaluate_callable, run_search
+from specsparse.study.driver import FunctionMeasurer, candidate_meta, evaluate_callable, run_search
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
 from specsparse.util import content_hash
@@ -43,12 +43,12 @@ def test_driver_dedups_within_and_across_batches():
 
 
 def test_driver_checks_arguments_and_batch_length(tmp_path):
-    with pytest.raises(ValueError, match="key_fn"):
+    with pytest.raises(ValueError, match="key for each candidate"):
         run_search(Scripted([[Candidate()]]), evaluate_callable(TRAP), store=ResultsStore(tmp_path / "s"))
     with pytest.raises(ValueError, match="budget"):
         search_on(Scripted([[Candidate()]]), TRAP, budget=-1)
     with pytest.raises(RuntimeError, match="returned 0"):
-        run_search(Scripted([[Candidate()]]), lambda batch, on_measured: [], progress=False)
+        run_search(Scripted([[Candidate()]]), FunctionMeasurer(lambda batch, on_measured: []), progress=False)
 
 
 def test_driver_stores_meta_and_reports_measurements(tmp_path):
@@ -57,7 +57,7 @@ def test_driver_stores_meta_and_reports_measurements(tmp_path):
         def key_fn(c):
             return content_hash({"d": "qa", **candidate_meta(c)})
 
-        kw = dict(store=store, key_fn=key_fn, meta_fn=lambda c: {"domain": "qa"},
+        kw = dict(store=store, key=key_fn, meta=lambda c: {"domain": "qa"},
                   on_told=lambda c, m, cached: events.append((c, cached)))
         search_on(Scripted([[Candidate(), Candidate((1,))]]), TRAP, **kw)
         search_on(Scripted([[Candidate(), Candidate((2,))]]), TRAP, **kw)
@@ -71,10 +71,10 @@ def test_driver_budget_counts_only_new_measurements(tmp_path):
         def key_fn(c):
             return content_hash(candidate_meta(c))
 
-        r1 = search_on(BFSSearch(10, papers()), TRAP, store=store, key_fn=key_fn, budget=5)
+        r1 = search_on(BFSSearch(10, papers()), TRAP, store=store, key=key_fn, budget=5)
         assert r1.n_measured == 5 and any("budget" in n for n in r1.notes)
         fn = Counted(TRAP)
-        r2 = search_on(BFSSearch(10, papers()), fn, store=store, key_fn=key_fn, budget=5)
+        r2 = search_on(BFSSearch(10, papers()), fn, store=store, key=key_fn, budget=5)
     assert r2.n_cache_hits == 5 and len(fn.calls) == r2.n_measured == 5  # resumes past the first run
 
 
@@ -86,7 +86,7 @@ def test_early_stopped_measurement_stored_with_thresholds(tmp_path):
         return Measurement(1.0, None, 0.5, 0.5, 0.0, 0, 0, 0.0, early_stopped=bool(c.skip_layers))
 
     with ResultsStore(tmp_path / "r.sqlite") as store:
-        search_on(strategy, fn, store=store, key_fn=lambda c: c.label)
+        search_on(strategy, fn, store=store, key=lambda c: c.label)
         assert store.get("skip[1]").early_stopped
         assert store.get_meta("skip[1]")["early_stop_thresholds"] == [2.5, None]
         assert "early_stop_thresholds" not in store.get_meta("dense")

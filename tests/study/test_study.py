@@ -4,7 +4,6 @@ same keys, descriptions and pricing by hand (so stores written before it serve i
 from __future__ import annotations
 
 from dataclasses import replace
-from operator import methodcaller
 
 import pytest
 
@@ -12,7 +11,7 @@ from specsparse.data import get_domain
 from specsparse.measuring.evaluation import EvaluationSpec, Evaluator, Evaluators
 from specsparse.search.bfs import BFSSearch
 from specsparse.search.rule import TSSRule
-from specsparse.study.driver import measure_through_store, run_search
+from specsparse.study.driver import FunctionMeasurer, measure_through_store, run_search
 from specsparse.study.keys import describe, store_key
 from specsparse.study.runners.local import LocalRunner, measure_in_passes
 from specsparse.study.store import ResultsStore
@@ -37,17 +36,17 @@ def test_a_study_searches_and_measures_as_the_driver_by_hand(tmp_path):
     thresholds = strategy.feasibility_thresholds()
     described = {split: describe(evaluator) for split, evaluator in (("calibration", calibration), ("test", test))}
     description = {**described["calibration"], "search": strategy.name}
-    expected = run_search(
-        strategy, lambda todo, on_measured: measure_in_passes(calibration, todo, thresholds, on_measured, False),
-        store=by_hand, key_fn=lambda c: store_key(described["calibration"], c, thresholds), meta_fn=lambda c: description,
-        progress=False, price=calibration.price)
-    expected_test = measure_through_store(
-        [expected.baseline, expected.selected], lambda todo, on_measured: measure_in_passes(test, todo, None, on_measured, False),
-        by_hand, lambda c: store_key(described["test"], c), lambda c: described["test"], price=test.price)
+    expected = run_search(strategy, FunctionMeasurer(
+        lambda todo, on_measured: measure_in_passes(calibration, todo, thresholds, on_measured, False),
+        key=lambda c: store_key(described["calibration"], c, thresholds), meta=lambda c: description,
+        price=calibration.pricer.price), store=by_hand, progress=False)
+    expected_test = measure_through_store([expected.baseline, expected.selected], FunctionMeasurer(
+        lambda todo, on_measured: measure_in_passes(test, todo, None, on_measured, False),
+        key=lambda c: store_key(described["test"], c), meta=lambda c: described["test"], price=test.pricer.price), by_hand)
 
     study = Study(SPEC, runner, ResultsStore(tmp_path / "study.sqlite"), progress=False)
-    context = study.call("calibration", methodcaller("search_context", BFSSearch.context_arguments))
-    result = study.search(Component("specsparse.search.bfs.BFSSearch", {"rule": RULE}).build(**context))
+    context = study.search_context(BFSSearch.context_arguments)
+    result = study.search(context.build(Component("specsparse.search.bfs.BFSSearch", {"rule": RULE})))
     measured = study.measure([result.baseline, result.selected], "test")
     assert [(c, replace(m, wall_time_s=0)) for c, m in result.history] == [
         (c, replace(m, wall_time_s=0)) for c, m in expected.history]

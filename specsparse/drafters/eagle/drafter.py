@@ -21,10 +21,11 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from specsparse.decoding.drafter import Drafter, PlannedJob, Proposal
+from specsparse.decoding.drafter import Drafter, Proposal
 from specsparse.decoding.forward_path import head_rows, is_fast, lm_head, prepack_linears
 from specsparse.decoding.session import ModelSession
 from specsparse.decoding.skipping import SkipAwareCache
+from specsparse.drafters.base import ConfiguredDrafter, PlannedJob
 from specsparse.drafters.eagle.checkpoint import load_eagle_head, own_vocabulary, trained_ids
 from specsparse.drafters.eagle.head import EagleHead
 from specsparse.drafters.eagle.recipe import recipe_from_options
@@ -46,7 +47,7 @@ def _cached_head(source: str, model: PreTrainedModel) -> EagleHead:
     return heads[(source, files)]
 
 
-class EagleDrafter(Drafter):
+class EagleDrafter(ConfiguredDrafter):
     """Chains or trees of drafts from an EAGLE head over the target's features.
 
     tree: (top_k, total_tokens) for EAGLE-2's dynamic trees: depth by depth the top_k children of
@@ -128,6 +129,11 @@ class EagleDrafter(Drafter):
                       tree_choices: Sequence[Sequence[int]] | None = None, train: dict | None = None) -> None:
         if train is not None:
             recipe_from_options(train)
+
+    @classmethod
+    def drafts_trees_with(cls, options: Mapping[str, Any]) -> bool:
+        """A dynamic `tree` or static `tree_choices` drafts trees."""
+        return bool(options.get("tree") or options.get("tree_choices"))
 
     @classmethod
     def knows_training_replies(cls, options: Mapping[str, Any]) -> bool:

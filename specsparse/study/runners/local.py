@@ -82,10 +82,10 @@ class EvaluatorHost:
     def _record_profile(self, evaluator: Evaluator) -> None:
         """Keep a record of the profile `evaluator` priced with, once it has one (a cached property: after
         pricing, as pricing a new drafter adds its step time to the profile)."""
-        if "profile" in vars(evaluator):
+        if "pricer" in vars(evaluator):
             from specsparse.measuring.profile import profile_record  # noqa: PLC0415
 
-            record = profile_record(evaluator.profile)
+            record = profile_record(evaluator.pricer.profile)
             self._profiles[json.dumps(record, sort_keys=True)] = record
 
 

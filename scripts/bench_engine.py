@@ -8,6 +8,12 @@ a JSON file with every prompt's timings.
 With --spec-bench, N prompts are drawn from every Spec-Bench category (the first N after a shuffle
 seeded by --seed and the category), and each is run on its first turn.
 
+With --llama-lookup (llama.cpp's `llama-lookup` binary) and --gguf (the same weights as a GGUF), two more
+methods run in the same rounds: llama.cpp's prompt lookup (`llamacpp_lookup`, --k draft tokens) and its
+greedy decoding (`llamacpp_greedy`: the same binary drafting nothing), each on the prompt's exact text
+(special tokens parsed), timed by llama.cpp's own prompt-encoding plus decoding seconds (its model load
+left out), their replies re-tokenized with our tokenizer to compare with HF greedy's.
+
 Every method runs every prompt once per repeat, interleaved prompt by prompt (in alternating order), so
 machine noise hits them alike. tokens/s is total new tokens / total wall time over all prompts and
 repeats; every ratio of two methods has a 95% paired bootstrap interval over prompts (the same prompt
@@ -24,7 +30,9 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -166,6 +174,29 @@ def build_methods(loaded, eager, args) -> dict[str, Callable[[tuple[int, ...]], 
     }
 
 
+def llama_cpp_lookup(binary: str, gguf: str, tokenizer, max_new_tokens: int, draft: int,
+                     threads: int) -> Callable[[tuple[int, ...]], Run]:
+    """llama.cpp's prompt lookup with `draft` tokens (0: its greedy decoding) as a method: the prompt's
+    text goes to `llama-lookup` in a file, the reply is what follows it on stdout up to the end-of-turn
+    token, and the seconds are its own "encoded" plus "decoded" times."""
+    eos = tokenizer.convert_ids_to_tokens(tokenizer.eos_token_id)
+
+    def run(ids: tuple[int, ...]) -> Run:
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as prompt_file:
+            prompt_file.write(text)
+            prompt_file.flush()
+            done = subprocess.run([binary, "-m", gguf, "-f", prompt_file.name, "-n", str(max_new_tokens), "--temp", "0",
+                                   "--spec-draft-n-max", str(draft), "-t", str(threads), "-c", "4096"],
+                                  capture_output=True, text=True, check=True)
+        seconds = sum(float(m) for m in re.findall(r"(?:en|de)coded +\d+ tokens in +([\d.]+) seconds", done.stderr))
+        reply = done.stdout[done.stdout.index(text) + len(text):] if text in done.stdout else done.stdout
+        ended = eos in reply
+        tokens = tokenizer(reply.split(eos)[0], add_special_tokens=False).input_ids
+        return Run(tokens[:max_new_tokens] + ([tokenizer.eos_token_id] if ended else []), seconds)
+    return run
+
+
 def parse_layers(text: str) -> tuple[int, ...]:
     return tuple(int(i) for i in text.split(",") if i)
 
@@ -197,6 +228,10 @@ RATIOS = (
     ("ours_recycling_tree", "ours_recycling"),
     ("ours_samd_tree", "ours_samd"),
     ("ours_dense_skip{n}", "ours_dense"),
+    ("llamacpp_lookup", "llamacpp_greedy"),
+    ("ours_dense", "llamacpp_greedy"),
+    ("ours_pld", "llamacpp_lookup"),
+    ("ours_samd", "llamacpp_lookup"),
 )
 OVERHEAD = "engine wall / model forwards (ours_dense)"
 
@@ -228,9 +263,13 @@ def run_all(
 
 
 def with_cpu_time(method: Callable[[tuple[int, ...]], Run], ids: tuple[int, ...]) -> Run:
-    start = time.process_time()
+    """`method`'s run with the CPU seconds it took, its child processes' included (llama.cpp's)."""
+    def cpu() -> float:
+        times = os.times()
+        return time.process_time() + times.children_user + times.children_system
+    start = cpu()
     run = method(ids)
-    return replace(run, cpu_seconds=time.process_time() - start)
+    return replace(run, cpu_seconds=cpu() - start)
 
 
 def _checkpoint_key(prompts: list[Prompt], methods, settings: dict) -> dict:
@@ -393,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip", default="8,12,16,20", help="skip set for the sparse target")
     parser.add_argument("--self-skip", default="6-23", help="draft skip set of the self_skip drafter (a-b range)")
     parser.add_argument("--skip-methods", default="", help="comma-separated methods to leave out (e.g. ours_self_skip)")
+    parser.add_argument("--llama-lookup", default=None, help="llama.cpp's llama-lookup binary: its lookup and greedy run too")
+    parser.add_argument("--gguf", default=None, help="the model's weights as a GGUF, for --llama-lookup")
     parser.add_argument("--output", default="outputs/bench_engine.json")
     parser.add_argument("--resume", action="store_true",
                         help="keep the runs saved in <output stem>.runs.json by an interrupted run and run only the rest")
@@ -413,6 +454,12 @@ def main(argv: list[str] | None = None) -> None:
         prompts = builtin_prompts(loaded.tokenizer, args.per_domain)
         source = f"built-in sets ({' + '.join(BUILTIN_DOMAINS)}), {args.per_domain} per domain"
     methods = build_methods(loaded, eager, args)
+    if args.llama_lookup:
+        if not (args.gguf and Path(args.gguf).is_file() and Path(args.llama_lookup).is_file()):
+            raise SystemExit("--llama-lookup needs the binary and --gguf, an existing GGUF of the same weights")
+        for name, draft in (("llamacpp_greedy", 0), ("llamacpp_lookup", args.k)):
+            methods[name] = llama_cpp_lookup(args.llama_lookup, args.gguf, loaded.tokenizer, args.max_new_tokens, draft,
+                                             torch.get_num_threads())
     for name in filter(None, args.skip_methods.split(",")):
         if name not in methods:
             raise SystemExit(f"unknown method {name!r} in --skip-methods; methods: {', '.join(methods)}")

@@ -1,8 +1,8 @@
 """Files earlier versions of specsparse wrote, read in this version's form: the translations of old layouts
 live here, one function per format and version (two old forms are handled elsewhere, named below).
 
-No release is tagged (the version has been 0.1.0 since the first commit), so a version here is the form
-a file had until the commit that stopped writing it, named in each function's docstring. Each function
+A version here is the form a file had until the commit that stopped writing it, named in each
+function's docstring. Each function
 takes a record as its file holds it (JSON or YAML data) and returns it in the next version's form; a
 record already past that version comes back as it is, the same object. A record a function does not
 recognise is left alone too, for its reader's own checks to refuse in one line. `current_<format>`

@@ -19,9 +19,10 @@ a 6-token forward costs about what a one-token forward does, and a one-token for
 
 The fast path's outputs equal eager's up to float rounding (the tests compare them, and every
 lossless-decoding invariant runs on the fast path); a near-tie can therefore go either way, so
-measurements record the path that made them. In bfloat16 a verification is not lossless against
-one-token decoding on either path: attention over several queries rounds differently from one query
-at a time (the packed bfloat16 products themselves give every row the same result at any row count).
+measurements record the path that made them. In bfloat16, attention over several queries rounds
+differently from one query at a time (the packed bfloat16 products themselves give every row the same
+result at any row count): the lean step attends one query at a time in a verification, so there a
+bfloat16 verification equals one-token decoding bit for bit (`lean_step.py`); HF's modules do not.
 
 Memory: the checkpoint is memory-mapped (`models.load_model`) and packed one decoder layer at a time;
 once a layer's packed copies exist, the file pages of its original weights are dropped from the

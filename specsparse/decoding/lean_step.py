@@ -16,6 +16,14 @@ sequences (`ModelSession`: the engine and LM drafters) take this step; batched r
 It keeps what the session relies on: skip sets (layer 0 too: positions come from the session, never
 from a cache layer), tree masks, the session's KV cache and its rollback, and feature capture. Its
 outputs equal HF's modules' on the same weights within float rounding (tests/decoding/test_lean_step.py).
+
+In bfloat16 a verification is computed as one-token decoding computes it: attention over several
+queries rounds differently from one query at a time, so each query of a verification (tokens after a
+context) attends alone, over exactly the keys it sees (`per_query_attention`); the packed products and
+every other operation give each row the same result at any row count. A bfloat16 target's speculative
+output then equals its own greedy output, token for token (tests/decoding/test_lean_step.py), for about
+n small attention calls per layer in place of one. float32 keeps one call: there, outputs equal within
+rounding, as everywhere else.
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ class LeanStep:
         self.final_norm = self.base.norm.weight
         self.final_eps = self.base.norm.variance_epsilon
         self.intermediate = layers[0].down_proj.in_features
+        self.per_query_attention = model.dtype != torch.float32
 
     def hidden_states(
         self,
@@ -95,6 +104,8 @@ class LeanStep:
         mask = tree_mask
         if mask is None and n > 1:  # a chain: each token sees the context and the chain up to itself
             mask = torch.ones(n, context + n, dtype=torch.bool, device=ids.device).tril(context)
+        if mask is not None and context and self.per_query_attention:  # a verification, one query at a time
+            mask = visible_keys(mask.reshape(n, context + n))
         hidden = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(hidden, positions)
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
@@ -129,9 +140,28 @@ class LeanStep:
             keys = _rotated(_rms_norm(qkv[:, :, layer.heads : layer.heads + layer.kv_heads], layer.k_norm, layer.eps),
                             cos, sin)
         keys, values = cache.layers[layer.index].update(keys.transpose(1, 2), values.transpose(1, 2))
-        out = functional.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=mask,
-                                                      scale=layer.scaling, enable_gqa=layer.kv_heads != layer.heads)
+        queries = queries.transpose(1, 2)
+        if isinstance(mask, list):  # per query: the keys each one sees (`visible_keys`)
+            out = torch.cat([_attend(layer, queries[:, :, i : i + 1], keys[:, :, seen], values[:, :, seen], None)
+                             for i, seen in enumerate(mask)], dim=2)
+        else:
+            out = _attend(layer, queries, keys, values, mask)
         return layer.o_proj(out.transpose(1, 2).reshape(1, n, layer.heads * layer.head_dim))
+
+
+def _attend(layer: LeanLayer, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+            mask: torch.Tensor | None) -> torch.Tensor:
+    return functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=layer.scaling,
+                                                   enable_gqa=layer.kv_heads != layer.heads)
+
+
+def visible_keys(mask: torch.Tensor) -> list[slice | torch.Tensor]:
+    """For each row of a bool mask [n, keys]: the keys it sees, as a slice where they are a prefix (a
+    chain: the very keys one-token decoding reads, laid out alike), else as their indices (a tree)."""
+    counts = mask.sum(dim=1).tolist()
+    prefixes = mask.cumprod(dim=1).sum(dim=1).tolist()
+    return [slice(0, count) if count == prefix else row.nonzero().squeeze(1)
+            for row, count, prefix in zip(mask, counts, prefixes)]
 
 
 def lean_step_of(model: nn.Module) -> LeanStep | None:

@@ -191,3 +191,48 @@ def test_batched_rows_compute_a_fused_product_once_per_input(family, monkeypatch
         calls.clear()
         session.forward({0: [6, 7, 8, 9, 10, 11], 1: [12], 2: [13, 14]})
     assert calls == [(9, 64)], f"q/k/v products in one padded forward: {calls}"
+
+
+BFLOAT16 = pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                              reason="this CPU has no bfloat16 instructions: the fast path runs bfloat16 only with them")
+
+
+@pytest.fixture(scope="module", params=("llama", "qwen3"))
+def bfloat16_model(request):
+    """A decoder in bfloat16 on the fast path, its weights small enough for near-ties between tokens."""
+    model = _family(request.param).to(torch.bfloat16)
+    use_forward_path(model, "fast")
+    assert lean_step_of(model).per_query_attention
+    return model
+
+
+def _path(parents, node):
+    """The tree's tokens from its root to `node` (indices)."""
+    return [*(_path(parents, parents[node]) if parents[node] >= 0 else []), node]
+
+
+@BFLOAT16
+@settings(max_examples=15, deadline=None)
+@given(skip=skip_sets(NUM_LAYERS), prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=30),
+       parents=st.sampled_from([(-1, 0, 1, 2, 3), (-1, 0, 0, 1), (-1, 0, 1, 1, 0), (-1, -1, 1)]))
+def test_a_bfloat16_verification_equals_one_token_decoding_bit_for_bit(bfloat16_model, skip, prompt, parents):
+    """Each verified token's logits, chain or tree, equal those of decoding its path one token at a time."""
+    tokens = [11 + 3 * i for i in range(len(parents))]
+    with torch.inference_mode():
+        verifier = ModelSession(bfloat16_model, skip)
+        verifier.prefill(prompt)
+        verified = verifier.forward(tokens, parents)
+        for node in range(len(tokens)):
+            decoder = ModelSession(bfloat16_model, skip)
+            decoder.prefill(prompt)
+            decoded = [decoder.forward([tokens[i]]) for i in _path(parents, node)][-1]
+            assert torch.equal(verified[node], decoded[0])
+
+
+@BFLOAT16
+def test_speculation_in_bfloat16_equals_its_own_greedy_output(bfloat16_model):
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6, 9, 5, 6, 7]
+    config = GenerationConfig(max_new_tokens=32, num_draft_tokens=5, stop_on_eos=False)
+    for skip in ((), (1,)):
+        plain = speculative_generate(bfloat16_model, prompt, None, config, skip).new_token_ids
+        assert speculative_generate(bfloat16_model, prompt, PromptLookupDrafter(), config, skip).new_token_ids == plain

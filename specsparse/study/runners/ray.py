@@ -25,7 +25,7 @@ submit`) the job's own runtime_env (its working_dir) already carries it; joining
 (Ray's format: pip, env_vars, ...) for anything else the workers need.
 
 Pricing: a measurement is priced where it is measured, by the worker's cost profile (its hardware,
-not the driver's), and what the results store serves is priced on a worker too (`Study.price`). With
+not the driver's), and what the results store serves is priced on a worker too (`SplitMeasurer.price`). With
 `cost.profile=PATH` every worker prices with that one file (its text travels with each call, for
 workers on machines without it). `profile_records` lists the profiles the workers priced with.
 """

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from specsparse.search import BFSSearch, TSSRule
-from specsparse.study.driver import run_search
+from specsparse.study.driver import FunctionMeasurer, run_search
 from specsparse.study.store import ResultsStore
 from specsparse.types import Candidate, Measurement
 
@@ -46,7 +46,7 @@ def replay(measured: dict[Candidate, Measurement], num_layers: int, options: dic
         return out
 
     search = BFSSearch(num_layers, TSSRule(**options, feasibility=rule, guard="task"))
-    return run_search(search, evaluate, progress=False).selected, missing
+    return run_search(search, FunctionMeasurer(evaluate), progress=False).selected, missing
 
 
 def main() -> None:

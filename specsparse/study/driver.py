@@ -99,7 +99,7 @@ def run_search(
         the same budget over a warm store replays the cached part and spends its budget further on.
     progress: show a tqdm bar (new measurements; cache hits in the postfix).
     New measurements keep the price the runner gave them: it priced them where it measured them (a Ray
-    worker on its own hardware; the local runner with the job's evaluator, the same profile as `price`).
+    worker on its own hardware; the local runner with the job's evaluator, the same profile as `measurer.price`).
     """
     if budget is not None and budget < 0:
         raise ValueError(f"budget must be >= 0 or None, got {budget}")

@@ -71,7 +71,7 @@ class Study:
 
     def search_context(self, names: Sequence[str] = ()) -> SearchContext:
         """What a strategy whose `context_arguments` are `names` is built from, measured where the model is."""
-        return self.call("calibration", partial(search_context, names=tuple(names)))
+        return self.call("calibration", partial(search_context_of, names=tuple(names)))
 
     @functools.cached_property
     def vocabulary(self) -> DraftVocabulary:
@@ -157,7 +157,7 @@ def priced(evaluator: Evaluator, candidate: Candidate, measurement: Measurement)
     return evaluator.pricer.price(candidate, measurement)
 
 
-def search_context(evaluator: Evaluator, names: tuple[str, ...] = ()) -> SearchContext:
+def search_context_of(evaluator: Evaluator, names: tuple[str, ...] = ()) -> SearchContext:
     """The model's depth and vocabulary size; C(k) and R(k) of the job's draft vocabulary (which count
     the dense replies of the corpus) and the drafter's share of a step by skip-set size only when
     `names` (a strategy's `context_arguments`) ask for them."""

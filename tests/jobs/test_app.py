@@ -21,7 +21,7 @@ from specsparse.measuring.evaluation import Evaluator
 from specsparse.search.base import LayerSkipSearch
 from specsparse.search.tpe_vocab import TPEVocabSearch
 from specsparse.study.runners.local import LocalRunner
-from specsparse.study.study import search_context
+from specsparse.study.study import search_context_of
 from specsparse.types import Candidate
 
 pytestmark = pytest.mark.usefixtures("embedded_models_installed")  # configs, not this machine's installs
@@ -99,7 +99,7 @@ def test_every_group_option_validates(group, option, tmp_path, tiny):
     elif group == "search":
         cls = plan.search.cls
         assert issubclass(cls, (LayerSkipSearch, TPEVocabSearch))
-        context = search_context(Evaluator(plan.evaluation), cls.context_arguments)
+        context = search_context_of(Evaluator(plan.evaluation), cls.context_arguments)
         strategy = pickle.loads(pickle.dumps(context)).build(plan.search)  # as a job builds it, from a Ray worker's context
         assert Candidate() in strategy.ask()  # proposes the dense baseline first
     elif group == "runner":

@@ -128,8 +128,12 @@ def main(argv: list[str] | None = None) -> None:
         sessions[f"{dtype} eager"] = ModelSession(loaded["eager"], ())
         sessions[f"{dtype} fast, HF modules"] = ModelSession(loaded["fast"], ())
         sessions[f"{dtype} fast, HF modules"].lean = None
-        if lean_step_of(loaded["fast"]) is not None:
+        lean = lean_step_of(loaded["fast"])
+        if lean is not None:
             sessions[f"{dtype} fast, lean step"] = ModelSession(loaded["fast"], ())
+            if lean.kernels is not None:
+                sessions[f"{dtype} fast, lean step, PyTorch calls"] = ModelSession(loaded["fast"], ())
+                sessions[f"{dtype} fast, lean step, PyTorch calls"].lean = lean.on_pytorch_calls()
         with torch.inference_mode():
             for session in sessions.values():
                 if session.length == 0:

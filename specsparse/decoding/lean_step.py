@@ -1,12 +1,17 @@
 """The lean decode step: a Llama-family decoder's forward over one sequence on the fast path, written
-as a few tensor operations per layer in place of HF's modules.
+as a few operations per layer in place of HF's modules.
 
 A one-token forward of a small model on a CPU pays, beside its matrix products, for every module call
 and small operation of every layer (HF's norms, rotary embedding, attention dispatch, mask building).
-Here each layer is: RMSNorm, one packed q/k/v product (`forward_path.FusedProjection`), rotary
-embedding of q and k together, the cache write, SDPA, the output projection, RMSNorm, one packed
-gate/up product, SiLU-gate, down projection. SmolLM2-135M's one-token forward on 2 cores takes 0.83x
-the time of the same packed weights through HF's modules (BENCHMARKS.md, "The lean decode step").
+Here each layer is four packed products (`forward_path`: q/k/v fused, the output projection, gate/up
+fused, down) and, between them, three native kernels (`lean_kernels.cpp`): the residual add with
+RMSNorm; the rotary embedding of q and k with the KV-cache write and attention; SiLU-gate. SmolLM2-135M's
+one-token forward on 2 cores takes 0.82x the time of the same step on PyTorch calls and 0.72x HF's
+modules on the same packed weights (BENCHMARKS.md, "Native kernels between the products").
+
+Where the kernels do not build (no C++ compiler), the same step runs as PyTorch calls: RMSNorm, one
+packed q/k/v product, rotary embedding of q and k together, the cache write, SDPA, the output
+projection, RMSNorm, one packed gate/up product, SiLU-gate, down projection (`on_pytorch_calls`).
 
 Which models: decoders of the Llama family (Llama / SmolLM2, Mistral without a sliding window, Qwen2,
 Qwen3): RMSNorm before attention and MLP, rotary positions, a SiLU-gated MLP. Others (Gemma 3: sliding
@@ -15,19 +20,21 @@ sequences (`ModelSession`: the engine and LM drafters) take this step; batched r
 
 It keeps what the session relies on: skip sets (layer 0 too: positions come from the session, never
 from a cache layer), tree masks, the session's KV cache and its rollback, and feature capture. Its
-outputs equal HF's modules' on the same weights within float rounding (tests/decoding/test_lean_step.py).
+outputs equal HF's modules' on the same weights within float rounding, on kernels and on PyTorch calls
+alike (tests/decoding/test_lean_step.py).
 
-In bfloat16 a verification is computed as one-token decoding computes it: attention over several
-queries rounds differently from one query at a time, so each query of a verification (tokens after a
-context) attends alone, over exactly the keys it sees (`per_query_attention`); the packed products and
-every other operation give each row the same result at any row count. A bfloat16 target's speculative
-output then equals its own greedy output, token for token (tests/decoding/test_lean_step.py), for about
-n small attention calls per layer in place of one. float32 keeps one call: there, outputs equal within
-rounding, as everywhere else.
+Verification equals one-token decoding bit for bit in bfloat16, where attention over several queries
+would round differently from one query at a time: the kernels compute every query's row in the same
+order at any row count; on PyTorch calls each query of a verification (tokens after a context) attends
+alone, over exactly the keys it sees (`per_query_attention`), and the packed products give each row the
+same result at any row count. A bfloat16 target's speculative output then equals its own greedy output,
+token for token (tests/decoding/test_lean_step.py). float32 on PyTorch calls keeps one attention call:
+there, outputs equal within rounding, as everywhere else.
 """
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +44,7 @@ from torch import nn
 from torch.nn import functional
 
 from specsparse.decoding.forward_path import FusedPart, FusedProjection, is_fast
+from specsparse.decoding.lean_kernels import kernels_for
 from specsparse.decoding.skipping import SkipAwareCache, decoder_layers, feature_sources
 
 FULL_ATTENTION = "full_attention"
@@ -85,6 +93,15 @@ class LeanStep:
         self.final_eps = self.base.norm.variance_epsilon
         self.intermediate = layers[0].down_proj.in_features
         self.per_query_attention = model.dtype != torch.float32
+        kernels = kernels_for(model.dtype)
+        self.kernels = kernels if kernels and max(layer.head_dim for layer in layers) <= kernels.max_head_dim else None
+
+    def on_pytorch_calls(self) -> LeanStep:
+        """This step running its operations between products as PyTorch calls, as it does where the
+        native kernels do not build (what they replace; for comparisons)."""
+        step = copy.copy(self)
+        step.kernels = None
+        return step
 
     def hidden_states(
         self,
@@ -99,6 +116,8 @@ class LeanStep:
         (as `LayerSkipper.capturing` records it).
 
         tree_mask: a tree's bool mask [1, 1, n, context + n] (True: visible); None for a chain."""
+        if self.kernels is not None:
+            return self._native_hidden_states(ids, positions, cache, tree_mask, feature_layers)
         n = ids.shape[1]
         context = int(positions[0, 0]) if tree_mask is None else tree_mask.shape[-1] - n
         mask = tree_mask
@@ -124,6 +143,58 @@ class LeanStep:
         for feature in sources.get(len(self.layers), ()):
             captured[feature] = hidden
         return _rms_norm(hidden, self.final_norm, self.final_eps), captured
+
+    def _native_hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, cache: SkipAwareCache,
+                              tree_mask: torch.Tensor | None, feature_layers: Sequence[int]
+                              ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """`hidden_states` with the operations between the products in `lean_kernels` (one call each).
+        The residual stream `hidden` is updated in place; each layer's last product (`delta`) is added
+        by the next RMSNorm."""
+        kernels, first = self.kernels, self.layers[0]
+        n = ids.shape[1]
+        keys_total = int(positions[0, 0]) + n if tree_mask is None else tree_mask.shape[-1]
+        if tree_mask is None:  # a chain: token t sees the context and the chain up to itself
+            limit, mask = torch.arange(keys_total - n + 1, keys_total + 1, dtype=torch.int32), None
+        else:
+            limit, mask = torch.full((n,), keys_total, dtype=torch.int32), tree_mask.reshape(n, keys_total).to(torch.uint8).contiguous()
+        hidden = self.base.embed_tokens(ids)
+        cos, sin = (part.contiguous() for part in self.base.rotary_emb(hidden.float(), positions))
+        normed, attended = torch.empty_like(hidden), hidden.new_empty(1, n, first.heads * first.head_dim)
+        gated, key_shape = hidden.new_empty(1, n, self.intermediate), hidden.new_empty(1, first.kv_heads, n, first.head_dim)
+        sources = feature_sources(cache.skip_layers, feature_layers, len(self.layers))
+        captured: dict[int, torch.Tensor] = {}
+        skipped = set(cache.skip_layers)
+        delta = None
+        for layer in [*self.layers, None]:
+            index = len(self.layers) if layer is None else layer.index
+            if index in skipped:
+                continue
+            if index in sources and delta is not None:
+                hidden += delta
+                delta = None
+            for feature in sources.get(index, ()):
+                captured[feature] = hidden.clone()
+            if layer is None:
+                break
+            kernels.add_rms_norm(hidden.data_ptr(), _pointer(delta), layer.input_norm.data_ptr(), layer.eps,
+                                 normed.data_ptr(), n, hidden.shape[-1])
+            qkv = layer.qkv(normed)
+            start = cache.layers[layer.index].reserve(key_shape)
+            keys, values = cache.layers[layer.index].buffers()
+            kernels.attention(qkv.data_ptr(), n, layer.heads, layer.kv_heads, layer.head_dim, cos.data_ptr(),
+                              sin.data_ptr(), _pointer(layer.q_norm), _pointer(layer.k_norm), layer.eps,
+                              keys.data_ptr(), values.data_ptr(), keys.shape[-2], start, limit.data_ptr(),
+                              _pointer(mask), keys_total, layer.scaling, attended.data_ptr())
+            projected = layer.o_proj(attended)
+            kernels.add_rms_norm(hidden.data_ptr(), projected.data_ptr(), layer.post_norm.data_ptr(), layer.eps,
+                                 normed.data_ptr(), n, hidden.shape[-1])
+            gate_up = layer.gate_up(normed)
+            kernels.silu_mul(gate_up.data_ptr(), n, self.intermediate, gated.data_ptr())
+            delta = layer.down_proj(gated)
+        final = torch.empty_like(hidden)
+        kernels.add_rms_norm(hidden.data_ptr(), _pointer(delta), self.final_norm.data_ptr(), self.final_eps,
+                             final.data_ptr(), n, hidden.shape[-1])
+        return final, captured
 
     @staticmethod
     def _attention(layer: LeanLayer, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -153,6 +224,10 @@ def _attend(layer: LeanLayer, queries: torch.Tensor, keys: torch.Tensor, values:
             mask: torch.Tensor | None) -> torch.Tensor:
     return functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=layer.scaling,
                                                    enable_gqa=layer.kv_heads != layer.heads)
+
+
+def _pointer(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
 
 
 def visible_keys(mask: torch.Tensor) -> list[slice | torch.Tensor]:

@@ -157,19 +157,29 @@ class GrowingLayer(DynamicLayer):
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        start = self.reserve(key_states)
+        self._key_buffer[:, :, start : self.length] = key_states
+        self._value_buffer[:, :, start : self.length] = value_states
+        return self.keys, self.values
+
+    def reserve(self, like: torch.Tensor) -> int:
+        """Make room for like.shape[-2] more positions (like: keys [batch, kv_heads, n, head_dim]) and
+        take them; returns where they start in `buffers()`, for the caller to write them there."""
         if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        new_length = self.length + key_states.shape[-2]
+            self.lazy_initialization(like, like)
+        start, new_length = self.length, self.length + like.shape[-2]
         if new_length > self._key_buffer.shape[-2]:
             capacity = max(new_length, 2 * self._key_buffer.shape[-2])
-            self._key_buffer = _grow(self._key_buffer, self.length, capacity)
-            self._value_buffer = _grow(self._value_buffer, self.length, capacity)
-        self._key_buffer[:, :, self.length : new_length] = key_states
-        self._value_buffer[:, :, self.length : new_length] = value_states
+            self._key_buffer = _grow(self._key_buffer, start, capacity)
+            self._value_buffer = _grow(self._value_buffer, start, capacity)
         self.length = new_length
         self.keys = self._key_buffer[:, :, :new_length]
         self.values = self._value_buffer[:, :, :new_length]
-        return self.keys, self.values
+        return start
+
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The key and value buffers [batch, kv_heads, capacity, head_dim], valid up to `length`."""
+        return self._key_buffer, self._value_buffer
 
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0

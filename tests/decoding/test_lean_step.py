@@ -193,16 +193,50 @@ def test_batched_rows_compute_a_fused_product_once_per_input(family, monkeypatch
     assert calls == [(9, 64)], f"q/k/v products in one padded forward: {calls}"
 
 
+GLUES = ("kernels", "torch")  # the lean step's operations between products: lean_kernels.cpp, or PyTorch calls
+
+
+@settings(max_examples=20, deadline=None)
+@given(skip=skip_sets(NUM_LAYERS), prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=20),
+       chunks=st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8), min_size=1, max_size=3),
+       parents=st.sampled_from([None, (-1, 0, 0, 1), (-1, 0, 1, 1, 0), (-1, -1, 1)]))
+def test_the_native_kernels_compute_what_the_pytorch_calls_compute(family, skip, prompt, chunks, parents):
+    """Chunks after a context, a token tree after them, and a rollback: the lean step on its kernels gives
+    the logits (and the cache) of the same step on PyTorch calls."""
+    _, fast = family
+    native, calls = ModelSession(fast, skip), ModelSession(fast, skip)
+    assert native.lean.kernels is not None, "the lean step's kernels did not build (see the log)"
+    calls.lean = lean_step_of(fast).on_pytorch_calls()
+    tree = [13 + 5 * i for i in range(len(parents or ()))]
+    with torch.inference_mode():
+        for session in (native, calls):
+            session.prefill(prompt)
+        for chunk in chunks:
+            torch.testing.assert_close(native.forward(chunk), calls.forward(chunk), **TOLERANCE)
+        if parents:
+            torch.testing.assert_close(native.forward(tree, parents), calls.forward(tree, parents), **TOLERANCE)
+        for session in (native, calls):
+            session.rollback(len(prompt))
+        torch.testing.assert_close(native.forward(chunks[0]), calls.forward(chunks[0]), **TOLERANCE)
+
+
 BFLOAT16 = pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
                               reason="this CPU has no bfloat16 instructions: the fast path runs bfloat16 only with them")
 
 
-@pytest.fixture(scope="module", params=("llama", "qwen3"))
+@pytest.fixture(scope="module", params=[(family, glue) for family in ("llama", "qwen3") for glue in GLUES])
 def bfloat16_model(request):
-    """A decoder in bfloat16 on the fast path, its weights small enough for near-ties between tokens."""
-    model = _family(request.param).to(torch.bfloat16)
+    """A decoder in bfloat16 on the fast path, its weights small enough for near-ties between tokens, its
+    lean step on the native kernels or on PyTorch calls."""
+    family, glue = request.param
+    model = _family(family).to(torch.bfloat16)
     use_forward_path(model, "fast")
-    assert lean_step_of(model).per_query_attention
+    step = lean_step_of(model)
+    assert step.per_query_attention
+    if glue == "torch":
+        step.kernels = None
+    else:
+        assert step.kernels is not None, "the lean step's kernels did not build (see the log)"
     return model
 
 

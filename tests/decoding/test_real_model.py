@@ -31,7 +31,8 @@ def test_skip_equals_physical_removal_on_the_real_model(smollm, summarization_pr
         expected = pruned(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
         session = ModelSession(smollm.model, skip)
         ours = torch.cat([session.forward(ids[:40]), session.forward(ids[40:])])
-    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-3)  # logits ~ 1e1: float32 noise
+    # logits ~ 1e1, 30 layers: float32 noise (the lean step's kernels sum in another order than HF's modules)
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=2e-3)
 
 
 def test_drafters_are_lossless_and_accept_on_the_real_model(smollm, summarization_prompts):

@@ -1,0 +1,56 @@
+"""The lean step's native kernels (specsparse/decoding/lean_kernels.py) build once per source, compiler
+and CPU into the cache, and their absence (no compiler, a failing one, or switched off) leaves the lean
+step on PyTorch calls with one warning, decoding unchanged. What they compute is checked against those
+calls in tests/decoding/test_lean_step.py."""
+
+import copy
+import logging
+
+import pytest
+import torch
+
+from specsparse.decoding import lean_kernels
+from specsparse.decoding.forward_path import use_forward_path
+from specsparse.decoding.lean_step import lean_step_of
+from specsparse.decoding.models import tiny_model
+from specsparse.decoding.session import ModelSession
+
+
+@pytest.fixture
+def fresh_build(monkeypatch):
+    """`lean_kernels` as a new process finds it (its one build per process forgotten), before and after."""
+    lean_kernels._library.cache_clear()
+    yield monkeypatch
+    lean_kernels._library.cache_clear()
+
+
+def test_the_kernels_build_once_into_the_cache_and_bind_both_dtypes(fresh_build, caplog):
+    caplog.set_level(logging.INFO, logger=lean_kernels.__name__)
+    for dtype in (torch.float32, torch.bfloat16):
+        kernels = lean_kernels.kernels_for(dtype)
+        assert kernels is not None, caplog.text
+        assert callable(kernels.attention) and kernels.max_head_dim >= 128
+    built = list((lean_kernels.cache_dir() / "kernels").glob("lean_kernels-*.so"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    lean_kernels._library.cache_clear()
+    caplog.clear()
+    assert lean_kernels.kernels_for(torch.float32) is not None
+    assert built[0].stat().st_mtime_ns == stamp and "built the lean step's kernels" not in caplog.text
+    assert lean_kernels.kernels_for(torch.float16) is None  # no kernels for other dtypes
+
+
+@pytest.mark.parametrize("setting", [{"CXX": "false"}, {lean_kernels.DISABLE: "0"}], ids=["failing compiler", "off"])
+def test_without_kernels_the_lean_step_runs_pytorch_calls(fresh_build, caplog, setting):
+    caplog.set_level(logging.INFO, logger=lean_kernels.__name__)
+    for name, value in setting.items():
+        fresh_build.setenv(name, value)
+    assert lean_kernels.kernels_for(torch.float32) is None
+    assert ("did not build with false" if "CXX" in setting else lean_kernels.DISABLE) in caplog.text
+    eager = tiny_model(num_layers=3, hidden_size=32, seed=0).model
+    fast = copy.deepcopy(eager)
+    use_forward_path(fast, "fast")
+    assert lean_step_of(fast).kernels is None
+    with torch.inference_mode():
+        torch.testing.assert_close(ModelSession(fast, ()).forward([3, 4]), ModelSession(eager, ()).forward([3, 4]),
+                                   rtol=1e-4, atol=1e-4)

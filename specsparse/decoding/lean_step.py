@@ -96,6 +96,12 @@ class LeanStep:
         kernels = kernels_for(model.dtype)
         self.kernels = kernels if kernels and max(layer.head_dim for layer in layers) <= kernels.max_head_dim else None
 
+    @property
+    def kind(self) -> str:
+        """What runs between the products ("lean, native kernels" or "lean, PyTorch calls"): recorded in
+        a cost profile's identity, as it changes what a forward costs."""
+        return "lean, native kernels" if self.kernels is not None else "lean, PyTorch calls"
+
     def on_pytorch_calls(self) -> LeanStep:
         """This step running its operations between products as PyTorch calls, as it does where the
         native kernels do not build (what they replace; for comparisons)."""

@@ -123,7 +123,7 @@ def model_identity(model: PreTrainedModel) -> dict:
         "dtype": str(model.dtype),
         "device": str(model.device),
         "forward_path": forward_path_of(model),
-        "decode_step": "lean" if lean_step_of(model) is not None else "modules",
+        "decode_step": "modules" if (lean := lean_step_of(model)) is None else lean.kind,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }

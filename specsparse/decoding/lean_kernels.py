@@ -73,42 +73,46 @@ def _library() -> ctypes.CDLL | None:
     if os.environ.get(DISABLE, "1") == "0":
         log.info("%s=0: the lean step runs its operations as PyTorch calls", DISABLE)
         return None
+    library, why_not = compiled(SOURCE)
+    if library is None:
+        log.warning("the lean step's kernels %s: it runs its operations as PyTorch calls, a few milliseconds "
+                    "slower per token", why_not)
+    return library
+
+
+def compiled(source: Path) -> tuple[ctypes.CDLL | None, str]:
+    """The C++ file `source` built as a shared library for this CPU and loaded, or None and why not. Built
+    once per source, compiler, flags and CPU into `$SPECSPARSE_CACHE/kernels/`."""
     compiler = os.environ.get("CXX") or next((found for name in COMPILERS if (found := shutil.which(name))), None)
     if compiler is None:
-        log.warning("no C++ compiler (c++, g++, clang++ or $CXX) to build the lean step's kernels: it runs "
-                    "its operations as PyTorch calls, a few milliseconds slower per token; install g++ for them")
-        return None
+        return None, "found no C++ compiler (c++, g++, clang++ or $CXX; install g++)"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split("\n", 1)[0]
+    except OSError as err:
+        return None, f"could not run the compiler {compiler} ({err.strerror})"
     errors = []
     for flags in FLAG_SETS:
-        path = _built(compiler, flags, errors)
-        if path is not None:
-            return ctypes.CDLL(str(path))
-    log.warning("the lean step's kernels did not build with %s (%s): it runs its operations as PyTorch calls",
-                compiler, errors[-1])
-    return None
+        key = hashlib.sha256("\n".join([source.read_text(), compiler, version, *flags, platform.machine(),
+                                        _cpu_flags()]).encode()).hexdigest()[:16]
+        target = cache_dir() / "kernels" / f"{source.stem}-{key}.so"
+        if target.is_file() or _build(source, compiler, flags, target, errors):
+            return ctypes.CDLL(str(target)), ""
+    return None, f"did not build with {compiler} ({errors[-1]})"
 
 
-def _built(compiler: str, flags: tuple[str, ...], errors: list[str]) -> Path | None:
-    """The shared library for these flags, compiled into the cache unless it is there already."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split("\n", 1)[0]
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, *flags, platform.machine(),
-                                    _cpu_flags()]).encode()).hexdigest()[:16]
-    target = cache_dir() / "kernels" / f"lean_kernels-{key}.so"
-    if target.is_file():
-        return target
+def _build(source: Path, compiler: str, flags: tuple[str, ...], target: Path, errors: list[str]) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
-        done = subprocess.run([compiler, *flags, "-shared", "-fPIC", "-std=c++17", str(SOURCE), "-o", str(built)],
+        done = subprocess.run([compiler, *flags, "-shared", "-fPIC", "-std=c++17", str(source), "-o", str(built)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             errors.append(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
-            return None
+            return False
         os.replace(built, target)  # atomic: workers building at once each land a whole file
-    log.info("built the lean step's kernels in %.1f s (%s, kept at %s)", time.perf_counter() - start,
-             " ".join(flags), target)
-    return target
+    log.info("built %s in %.1f s (%s, kept at %s)", source.name, time.perf_counter() - start, " ".join(flags), target)
+    return True
 
 
 def _cpu_flags() -> str:

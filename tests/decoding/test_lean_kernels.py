@@ -36,17 +36,20 @@ def test_the_kernels_build_once_into_the_cache_and_bind_both_dtypes(fresh_build,
     lean_kernels._library.cache_clear()
     caplog.clear()
     assert lean_kernels.kernels_for(torch.float32) is not None
-    assert built[0].stat().st_mtime_ns == stamp and "built the lean step's kernels" not in caplog.text
+    assert built[0].stat().st_mtime_ns == stamp and "built lean_kernels.cpp" not in caplog.text
     assert lean_kernels.kernels_for(torch.float16) is None  # no kernels for other dtypes
 
 
-@pytest.mark.parametrize("setting", [{"CXX": "false"}, {lean_kernels.DISABLE: "0"}], ids=["failing compiler", "off"])
-def test_without_kernels_the_lean_step_runs_pytorch_calls(fresh_build, caplog, setting):
+@pytest.mark.parametrize("setting, says", [({"CXX": "false"}, "did not build with false"),
+                                           ({"CXX": "/no/such/compiler"}, "could not run the compiler"),
+                                           ({lean_kernels.DISABLE: "0"}, lean_kernels.DISABLE)],
+                         ids=["failing compiler", "missing compiler", "off"])
+def test_without_kernels_the_lean_step_runs_pytorch_calls(fresh_build, caplog, setting, says):
     caplog.set_level(logging.INFO, logger=lean_kernels.__name__)
     for name, value in setting.items():
         fresh_build.setenv(name, value)
     assert lean_kernels.kernels_for(torch.float32) is None
-    assert ("did not build with false" if "CXX" in setting else lean_kernels.DISABLE) in caplog.text
+    assert says in caplog.text
     eager = tiny_model(num_layers=3, hidden_size=32, seed=0).model
     fast = copy.deepcopy(eager)
     use_forward_path(fast, "fast")

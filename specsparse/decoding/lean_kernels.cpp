@@ -2,9 +2,9 @@
 // (specsparse/decoding/lean_kernels.py builds this file and binds it; lean_step.py calls it).
 //
 // Every output row depends on its own input row only (and, for attention, on the keys it sees), computed
-// in the same order at any row count: a verification of n tokens gives each token the bits a one-token
-// forward gives it, in float32 and in bfloat16 alike. Arithmetic is float32; bfloat16 values are rounded
-// where HF's bfloat16 modules round them (to nearest even).
+// in the same order at any row count: given the same inputs, a token of an n-token verification gets the
+// bits a one-token forward gives it, in float32 and in bfloat16 alike. Arithmetic is float32; bfloat16
+// values are rounded where HF's bfloat16 modules round them (to nearest even).
 #include <cmath>
 #include <cstdint>
 #include <cstring>

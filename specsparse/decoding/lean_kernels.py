@@ -10,7 +10,7 @@ stay oneDNN's (`forward_path.py`). BENCHMARKS.md, "Native kernels between the pr
 Built on first use with the machine's C++ compiler (`$CXX`, else c++, g++ or clang++; about a second)
 for this CPU (-march=native), and kept under `$SPECSPARSE_CACHE/kernels/`, named by a hash of the
 source, the flags, the compiler and the CPU, so a shared cache serves mixed nodes. Where no compiler
-builds it, `load()` says why once and returns None, and the lean step runs the same operations as
+builds it, `kernels_for` says why once and returns None, and the lean step runs the same operations as
 PyTorch calls (`lean_step.py`), slower by those milliseconds. `SPECSPARSE_NATIVE_KERNELS=0` asks for
 that fallback (to compare the two).
 """
@@ -58,7 +58,12 @@ class LeanKernels:
             function = getattr(library, f"{name}_{DTYPES[dtype]}")
             function.argtypes, function.restype = argtypes, None
             setattr(self, name, function)
-        self.max_head_dim = library.max_head_dim()
+        self.max_head_dim, self.max_group = library.max_head_dim(), library.max_group()
+
+    def take(self, layers: list) -> bool:
+        """Whether the kernels take these layers' shapes (head size, query heads per kv head)."""
+        return all(layer.head_dim <= self.max_head_dim and layer.heads // layer.kv_heads <= self.max_group
+                   for layer in layers)
 
 
 def kernels_for(dtype: torch.dtype) -> LeanKernels | None:

@@ -94,7 +94,7 @@ class LeanStep:
         self.intermediate = layers[0].down_proj.in_features
         self.per_query_attention = model.dtype != torch.float32
         kernels = kernels_for(model.dtype)
-        self.kernels = kernels if kernels and max(layer.head_dim for layer in layers) <= kernels.max_head_dim else None
+        self.kernels = kernels if kernels and kernels.take(layers) else None
 
     @property
     def kind(self) -> str:

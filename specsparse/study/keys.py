@@ -36,7 +36,7 @@ def code_version() -> str:
     for part in parts:
         path = root / part
         for file in sorted(path.rglob("*") if path.is_dir() else [path]):
-            if file.suffix in (".py", ".jsonl", ".yaml"):
+            if file.suffix in (".py", ".cpp", ".jsonl", ".yaml"):
                 digest.update(file.relative_to(root).as_posix().encode())
                 digest.update(file.read_bytes())
     return digest.hexdigest()[:16]

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 import torch
+from conftest import NEEDS_COMPILER
 
 from specsparse.decoding import lean_kernels
 from specsparse.decoding.forward_path import use_forward_path
@@ -24,6 +25,7 @@ def fresh_build(monkeypatch):
     lean_kernels._library.cache_clear()
 
 
+@NEEDS_COMPILER
 def test_the_kernels_build_once_into_the_cache_and_bind_both_dtypes(fresh_build, caplog):
     caplog.set_level(logging.INFO, logger=lean_kernels.__name__)
     for dtype in (torch.float32, torch.bfloat16):
@@ -40,14 +42,17 @@ def test_the_kernels_build_once_into_the_cache_and_bind_both_dtypes(fresh_build,
     assert lean_kernels.kernels_for(torch.float16) is None  # no kernels for other dtypes
 
 
-@pytest.mark.parametrize("setting, says", [({"CXX": "false"}, "did not build with false"),
+@pytest.mark.parametrize("setting, says", [({"CXX": "failing-compiler"}, "did not build with"),
                                            ({"CXX": "/no/such/compiler"}, "could not run the compiler"),
                                            ({lean_kernels.DISABLE: "0"}, lean_kernels.DISABLE)],
                          ids=["failing compiler", "missing compiler", "off"])
-def test_without_kernels_the_lean_step_runs_pytorch_calls(fresh_build, caplog, setting, says):
+def test_without_kernels_the_lean_step_runs_pytorch_calls(fresh_build, caplog, tmp_path, setting, says):
     caplog.set_level(logging.INFO, logger=lean_kernels.__name__)
+    failing = tmp_path / "failing-compiler"  # runs, prints nothing, exits 1
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
     for name, value in setting.items():
-        fresh_build.setenv(name, value)
+        fresh_build.setenv(name, str(failing) if value == "failing-compiler" else value)
     assert lean_kernels.kernels_for(torch.float32) is None
     assert says in caplog.text
     eager = tiny_model(num_layers=3, hidden_size=32, seed=0).model

@@ -41,6 +41,7 @@ from hydra import compose, initialize_config_dir
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from specsparse.decoding.lean_kernels import find_compiler
 from specsparse.decoding.skipping import skipper_for
 from specsparse.drafters import (
     DraftModelDrafter,
@@ -58,7 +59,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # The lean step's native kernels need a C++ compiler; without one they are skipped (a compiler that is
 # there but fails to build them is a failure, not a skip).
-HAS_COMPILER = bool(os.environ.get("CXX") or any(shutil.which(name) for name in ("c++", "g++", "clang++")))
+HAS_COMPILER = find_compiler() is not None
 NEEDS_COMPILER = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler here to build the lean step's kernels")
 
 

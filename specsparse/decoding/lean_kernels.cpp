@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 namespace {

@@ -88,7 +88,7 @@ def _library() -> ctypes.CDLL | None:
 def compiled(source: Path) -> tuple[ctypes.CDLL | None, str]:
     """The C++ file `source` built as a shared library for this CPU and loaded, or None and why not. Built
     once per source, compiler, flags and CPU into `$SPECSPARSE_CACHE/kernels/`."""
-    compiler = os.environ.get("CXX") or next((found for name in COMPILERS if (found := shutil.which(name))), None)
+    compiler = find_compiler()
     if compiler is None:
         return None, "found no C++ compiler (c++, g++, clang++ or $CXX; install g++)"
     try:
@@ -103,6 +103,11 @@ def compiled(source: Path) -> tuple[ctypes.CDLL | None, str]:
         if target.is_file() or _build(source, compiler, flags, target, errors):
             return ctypes.CDLL(str(target)), ""
     return None, f"did not build with {compiler} ({errors[-1]})"
+
+
+def find_compiler() -> str | None:
+    """The C++ compiler kernels are built with: `$CXX`, else the first of COMPILERS on the PATH."""
+    return os.environ.get("CXX") or next((found for name in COMPILERS if (found := shutil.which(name))), None)
 
 
 def _build(source: Path, compiler: str, flags: tuple[str, ...], target: Path, errors: list[str]) -> bool:

@@ -157,14 +157,17 @@ class GrowingLayer(DynamicLayer):
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:  # values may have another head size than keys
+            self.lazy_initialization(key_states, value_states)
         start = self.reserve(key_states)
         self._key_buffer[:, :, start : self.length] = key_states
         self._value_buffer[:, :, start : self.length] = value_states
         return self.keys, self.values
 
     def reserve(self, like: torch.Tensor) -> int:
-        """Make room for like.shape[-2] more positions (like: keys [batch, kv_heads, n, head_dim]) and
-        take them; returns where they start in `buffers()`, for the caller to write them there."""
+        """Make room for like.shape[-2] more positions (like: keys [batch, kv_heads, n, head_dim], values
+        alike when the buffers do not exist yet) and take them; returns where they start in `buffers()`,
+        for the caller to write them there."""
         if not self.is_initialized:
             self.lazy_initialization(like, like)
         start, new_length = self.length, self.length + like.shape[-2]
